@@ -1,0 +1,105 @@
+"""kiln: write SIMT compute kernels once in Python, run them on every backend a machine has."""
+
+from __future__ import annotations
+
+from .framework.backend import (
+    Availability,
+    Backend,
+    Capabilities,
+    CustomBackend,
+    DeviceKind,
+    DirectBackend,
+    ExecutionModel,
+    JITBackend,
+)
+from .framework.intrinsics import Intrinsic, Variance, intrinsics
+from .framework.registry import register_backend
+from .ir.enums import MemorySpace
+from .ir.types import (
+    Array,
+    ArrayType,
+    ScalarType,
+    bool_,
+    f16,
+    f32,
+    f64,
+    i8,
+    i16,
+    i32,
+    i64,
+    u8,
+    u16,
+    u32,
+    u64,
+)
+from .lang import builtins as _b
+from .lang.errors import (
+    ArityError,
+    BackendCompileError,
+    ConstantError,
+    ConvergenceError,
+    DeviceFeatureError,
+    KernelError,
+    KernelTypeError,
+    LaunchError,
+    UnknownNameError,
+    UnsupportedError,
+)
+from .lang.kernel import DeviceFunction, Kernel, func, kernel, launch
+from .runtime.array import DeviceArray, empty, empty_like, full, to_device, zeros
+from .runtime.device import Device, Event, Stream
+from .runtime.selection import DeviceNotFoundError, backends, device, devices
+
+__version__ = "0.1.0"
+
+# long names of the scalar types
+bool8 = bool_
+int8, int16, int32, int64 = i8, i16, i32, i64
+uint8, uint16, uint32, uint64 = u8, u16, u32, u64
+float16, float32, float64 = f16, f32, f64
+
+# kernel builtins
+thread_idx, block_idx, block_dim, grid_dim = _b.thread_idx, _b.block_idx, _b.block_dim, _b.grid_dim
+global_id, global_size, shared, local = _b.global_id, _b.global_size, _b.shared, _b.local
+barrier, mem_fence = _b.barrier, _b.mem_fence
+atomic_add = _b.intrinsic_object("atomic_add")
+atomic_sub = _b.intrinsic_object("atomic_sub")
+atomic_min = _b.intrinsic_object("atomic_min")
+atomic_max = _b.intrinsic_object("atomic_max")
+atomic_and = _b.intrinsic_object("atomic_and")
+atomic_or = _b.intrinsic_object("atomic_or")
+atomic_xor = _b.intrinsic_object("atomic_xor")
+atomic_exch = _b.intrinsic_object("atomic_exch")
+atomic_cas = _b.intrinsic_object("atomic_cas")
+sqrt = _b.intrinsic_object("sqrt")
+rsqrt = _b.intrinsic_object("rsqrt")
+exp = _b.intrinsic_object("exp")
+exp2 = _b.intrinsic_object("exp2")
+log = _b.intrinsic_object("log")
+log2 = _b.intrinsic_object("log2")
+log10 = _b.intrinsic_object("log10")
+sin = _b.intrinsic_object("sin")
+cos = _b.intrinsic_object("cos")
+tan = _b.intrinsic_object("tan")
+asin = _b.intrinsic_object("asin")
+acos = _b.intrinsic_object("acos")
+atan = _b.intrinsic_object("atan")
+atan2 = _b.intrinsic_object("atan2")
+sinh = _b.intrinsic_object("sinh")
+cosh = _b.intrinsic_object("cosh")
+tanh = _b.intrinsic_object("tanh")
+pow = _b.intrinsic_object("pow")  # noqa: A001 - kernel builtin
+abs = _b.intrinsic_object("abs")  # noqa: A001
+floor = _b.intrinsic_object("floor")
+ceil = _b.intrinsic_object("ceil")
+trunc = _b.intrinsic_object("trunc")
+round = _b.intrinsic_object("round")  # noqa: A001
+min = _b.intrinsic_object("min")  # noqa: A001
+max = _b.intrinsic_object("max")  # noqa: A001
+fma = _b.intrinsic_object("fma")
+erf = _b.intrinsic_object("erf")
+isnan = _b.intrinsic_object("isnan")
+isinf = _b.intrinsic_object("isinf")
+copysign = _b.intrinsic_object("copysign")
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,205 @@
+"""The backend contract (SPEC §3).
+
+A backend is one object. It says who it is (`name`, `execution_model`), whether it can run
+here (`availability`), which devices it has and what they can do, how it moves memory,
+which IR pass pipeline it wants, and how it runs a kernel:
+
+- JIT:    generate_source(program) -> str; compile(source, device, options) -> code;
+          link(code, device) -> routine; launch(routine, grid, block, args, stream)
+- DIRECT: execute(program, grid, block, args, stream)
+- CUSTOM: run(program, grid, block, args, stream)
+
+`args` are, in parameter order, `DeviceArray`s for array parameters and NumPy scalars
+(already of the parameter's type) for scalar parameters. Streams and events are backend
+handles wrapped by `kiln.Stream` / `kiln.Event`; backends never see user-facing types
+other than `DeviceArray`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from ..ir.enums import ExtensibleEnum
+from ..ir.nodes import Program
+
+if TYPE_CHECKING:
+    from ..runtime.device import Device
+
+Dim3 = tuple[int, int, int]
+Pass = Callable[[Program], Program]
+
+
+class ExecutionModel(ExtensibleEnum):
+    JIT: ClassVar[ExecutionModel]
+    DIRECT: ClassVar[ExecutionModel]
+    CUSTOM: ClassVar[ExecutionModel]
+
+
+class DeviceKind(ExtensibleEnum):
+    CPU: ClassVar[DeviceKind]
+    GPU: ClassVar[DeviceKind]
+    ACCELERATOR: ClassVar[DeviceKind]
+
+
+for _n in ("JIT", "DIRECT", "CUSTOM"):
+    ExecutionModel.register(_n)
+for _n in ("CPU", "GPU", "ACCELERATOR"):
+    DeviceKind.register(_n)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a device can do (SPEC §2). `arch` identifies the binary target for cache keys."""
+
+    backend: str
+    name: str
+    kind: DeviceKind
+    max_threads_per_block: int
+    max_block_dims: Dim3
+    max_grid_dims: Dim3
+    shared_memory_per_block: int
+    compute_units: int
+    global_memory: int
+    warp_size: int
+    fp64: bool
+    fp16: bool
+    atomics: frozenset[str] = field(default_factory=frozenset)
+    unified_memory: bool = False
+    arch: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "name": self.name,
+            "kind": self.kind.name,
+            "max threads per block": self.max_threads_per_block,
+            "max block dims": self.max_block_dims,
+            "shared memory per block": self.shared_memory_per_block,
+            "compute units": self.compute_units,
+            "global memory": self.global_memory,
+            "warp size": self.warp_size,
+            "fp64": self.fp64,
+            "fp16": self.fp16,
+            "atomics": ", ".join(sorted(self.atomics)),
+            "unified memory": self.unified_memory,
+        }
+
+
+@dataclass(frozen=True)
+class Availability:
+    available: bool
+    reason: str = ""
+
+
+class Backend(ABC):
+    """The contract every backend implements; see the module docstring."""
+
+    name: ClassVar[str]
+    execution_model: ClassVar[ExecutionModel]
+    intrinsic_namespaces: ClassVar[tuple[str, ...]] = ()
+    """Where this backend's intrinsic implementations live in the registry, most specific first."""
+
+    @abstractmethod
+    def availability(self) -> Availability:
+        """Whether the backend can run here, and if not why. Must not raise."""
+
+    @abstractmethod
+    def device_handles(self) -> Sequence[tuple[Any, Capabilities]]:
+        """Enumerate devices as (backend handle, capabilities) pairs."""
+
+    def device_priority(self, capabilities: Capabilities, backend_priority: int) -> int:
+        """Priority of one device; a backend may rank device kinds differently."""
+        return backend_priority
+
+    def pipeline(self, device: Device) -> Sequence[Pass]:
+        """The IR passes this backend wants, in order (after the frontend's checks)."""
+        from ..ir.passes import default_pipeline
+
+        return default_pipeline()
+
+    def build_identity(self, device: Device) -> str:
+        """Everything outside the IR that changes compiled code (for the in-memory cache)."""
+        return device.capabilities.arch
+
+    # ---- memory
+    @abstractmethod
+    def allocate(self, device: Device, nbytes: int) -> Any: ...
+
+    def free(self, buffer: Any) -> None:  # noqa: B027 - optional: most buffers free on GC
+        """Release a buffer (default: let garbage collection do it)."""
+
+    @abstractmethod
+    def copy_host_to_device(self, dst: Any, src: np.ndarray, stream: Any) -> None: ...
+
+    @abstractmethod
+    def copy_device_to_host(self, dst: np.ndarray, src: Any, stream: Any) -> None: ...
+
+    @abstractmethod
+    def copy_device_to_device(self, dst: Any, src: Any, nbytes: int, stream: Any) -> None: ...
+
+    def wrap_host(self, device: Device, array: np.ndarray) -> Any | None:
+        """Zero-copy: a buffer sharing `array`'s memory, or None when not possible."""
+        return None
+
+    # ---- streams and events
+    @abstractmethod
+    def create_stream(self, device: Device) -> Any: ...
+
+    @abstractmethod
+    def synchronize_stream(self, stream: Any) -> None: ...
+
+    @abstractmethod
+    def create_event(self, device: Device) -> Any: ...
+
+    @abstractmethod
+    def record_event(self, event: Any, stream: Any) -> None: ...
+
+    @abstractmethod
+    def synchronize_event(self, event: Any) -> None: ...
+
+    @abstractmethod
+    def elapsed_ms(self, start: Any, end: Any) -> float: ...
+
+    def synchronize_device(self, device: Device) -> None:
+        """Wait for every stream of the device (a backend may do this more directly)."""
+        for stream in list(device.streams):
+            self.synchronize_stream(stream.handle)
+
+
+class JITBackend(Backend):
+    execution_model = ExecutionModel.JIT
+
+    @abstractmethod
+    def generate_source(self, program: Program) -> str: ...
+
+    @abstractmethod
+    def compile(self, source: str, device: Device, options: dict[str, Any]) -> Any: ...
+
+    def link(self, code: Any, device: Device) -> Any:
+        """Bind compiled code to a device (default: the code is the routine)."""
+        return code
+
+    @abstractmethod
+    def launch(self, routine: Any, grid: Dim3, block: Dim3, args: Sequence[Any],
+               stream: Any) -> None: ...
+
+
+class DirectBackend(Backend):
+    execution_model = ExecutionModel.DIRECT
+
+    @abstractmethod
+    def execute(self, program: Program, grid: Dim3, block: Dim3, args: Sequence[Any],
+                stream: Any) -> None: ...
+
+
+class CustomBackend(Backend):
+    execution_model = ExecutionModel.CUSTOM
+
+    @abstractmethod
+    def run(self, program: Program, grid: Dim3, block: Dim3, args: Sequence[Any],
+            stream: Any) -> None: ...

@@ -1,0 +1,206 @@
+"""The one executor: validate -> specialise -> dispatch on the execution model.
+
+Every launch goes through `launch`. Specialisations are cached per kernel by
+(argument types, device, backend build identity, options); the first launch of a
+signature runs the frontend, the backend's pass pipeline and (for JIT) its compiler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..ir.analysis import written_params
+from ..ir.nodes import Program
+from ..ir.types import SCALAR_BY_DTYPE, ArrayType, ScalarType, Type, fits, literal_type
+from ..lang.errors import LaunchError
+from ..runtime.array import DeviceArray, to_device
+from ..runtime.device import Device, Stream
+from ..runtime.selection import device as resolve_device
+from .backend import Dim3, ExecutionModel
+
+if TYPE_CHECKING:
+    from ..lang.kernel import Kernel
+
+
+@dataclass
+class Specialization:
+    """A kernel ready to run on one device for one argument-type signature."""
+
+    program: Program
+    routine: Any
+    written: frozenset[int]  # indices of array parameters the kernel may write
+    device: Device
+
+
+def as_dim3(value: int | Sequence[int], what: str) -> Dim3:
+    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
+        raise LaunchError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
+    padded = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    return padded  # type: ignore[return-value]
+
+
+def validate_dims(grid: Dim3, block: Dim3, device: Device) -> None:
+    caps = device.capabilities
+    for what, dims, limits in (("grid", grid, caps.max_grid_dims),
+                               ("block", block, caps.max_block_dims)):
+        for axis, n, limit in zip("xyz", dims, limits):
+            if n < 1:
+                raise LaunchError(f"{what} dimension {axis} must be at least 1, got {n}")
+            if n > limit:
+                raise LaunchError(
+                    f"{what} dimension {axis} is {n}, over {device.name}'s limit of {limit}"
+                )
+    threads = block[0] * block[1] * block[2]
+    if threads > caps.max_threads_per_block:
+        raise LaunchError(
+            f"block of {block[0]}x{block[1]}x{block[2]} = {threads} threads is over "
+            f"{device.name}'s limit of {caps.max_threads_per_block} threads per block"
+        )
+
+
+def describe_value(value: Any) -> str:
+    if isinstance(value, (DeviceArray, np.ndarray)):
+        return f"a {np.dtype(value.dtype).name} array of shape {tuple(value.shape)}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def type_of_value(value: Any) -> Type | None:
+    """The kiln type a launch argument carries, or None when it has none."""
+    if isinstance(value, (DeviceArray, np.ndarray)):
+        elem = SCALAR_BY_DTYPE.get(np.dtype(value.dtype))
+        return ArrayType(elem, value.ndim) if elem is not None else None
+    if isinstance(value, (bool, int, float, np.generic)):
+        try:
+            return literal_type(value)
+        except (TypeError, KeyError):
+            return None
+    return None
+
+
+def check_argument(kernel_name: str, pname: str, position: int, expected: Type | None,
+                   value: Any) -> Type:
+    """Check one argument against its parameter; return the type to specialise on."""
+    actual = type_of_value(value)
+    where = f"argument '{pname}' (#{position + 1}) of {kernel_name}"
+    if actual is None:
+        raise LaunchError(f"{where}: expected {expected or 'an array or a number'}, "
+                          f"got {describe_value(value)}")
+    if expected is None:
+        return actual
+    if isinstance(expected, ArrayType):
+        if not isinstance(actual, ArrayType):
+            raise LaunchError(f"{where}: expected an array {expected}, got {describe_value(value)}")
+        if actual.elem != expected.elem or actual.ndim != expected.ndim:
+            raise LaunchError(
+                f"{where}: expected {expected} ({expected.elem.dtype.name}, {expected.ndim}-d), "
+                f"got {describe_value(value)}"
+            )
+        return expected
+    assert isinstance(expected, ScalarType)
+    if isinstance(actual, ArrayType):
+        raise LaunchError(f"{where}: expected a scalar {expected}, got {describe_value(value)}")
+    if expected.is_int and isinstance(value, (float, np.floating)):
+        raise LaunchError(f"{where}: expected an integer {expected}, got {describe_value(value)}")
+    if not expected.is_bool and not fits(_python_number(value), expected):
+        lo, hi = expected.range()
+        raise LaunchError(f"{where}: {value!r} does not fit {expected} (range {lo}..{hi})")
+    return expected
+
+
+def _python_number(value: Any) -> int | float | bool:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def pick_device(args: Sequence[Any], device: Device | str | None) -> Device:
+    if device is not None:
+        return resolve_device(device)
+    for a in args:
+        if isinstance(a, DeviceArray):
+            return a.device
+    return resolve_device(None)
+
+
+def specialize(kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> Specialization:
+    """Build (or fetch from the kernel's cache) the routine for one signature and device."""
+    backend = device.backend
+    key = (arg_types, device.name, backend.build_identity(device))
+    spec = kernel.specializations.get(key)
+    if spec is not None:
+        return spec
+    program = kernel.program(arg_types)
+    for stage in backend.pipeline(device):
+        program = stage(program)
+    model = backend.execution_model
+    if model is ExecutionModel.JIT:
+        source = backend.generate_source(program)  # type: ignore[attr-defined]
+        code = backend.compile(source, device, dict(kernel.options))  # type: ignore[attr-defined]
+        routine = backend.link(code, device)  # type: ignore[attr-defined]
+    else:
+        routine = program
+    written = written_params(program)
+    indices = frozenset(i for i, p in enumerate(program.kernel.params) if p.name in written)
+    spec = Specialization(program, routine, indices, device)
+    kernel.specializations[key] = spec
+    return spec
+
+
+def bind_arguments(kernel: Kernel, args: Sequence[Any]) -> tuple[Type, ...]:
+    params = kernel.signature
+    if len(args) != len(params):
+        names = ", ".join(name for name, _ in params)
+        raise LaunchError(
+            f"{kernel.name} takes {len(params)} argument(s) ({names}), got {len(args)}"
+        )
+    return tuple(check_argument(kernel.name, name, i, expected, value)
+                 for i, ((name, expected), value) in enumerate(zip(params, args)))
+
+
+def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int],
+           args: Sequence[Any], device: Device | str | None = None,
+           stream: Stream | None = None) -> None:
+    """Validate, specialise and run one launch (asynchronously where the backend can)."""
+    dev = stream.device if stream is not None and device is None else pick_device(args, device)
+    grid3, block3 = as_dim3(grid, "grid"), as_dim3(block, "block")
+    validate_dims(grid3, block3, dev)
+    arg_types = bind_arguments(kernel, args)
+    for i, a in enumerate(args):
+        if isinstance(a, DeviceArray) and a.device is not dev:
+            raise LaunchError(f"argument '{kernel.signature[i][0]}' of {kernel.name} lives on "
+                              f"{a.device.name}, but the launch runs on {dev.name}")
+    spec = specialize(kernel, arg_types, dev)
+    stream = stream or dev.default_stream
+    device_args, copy_back = _to_device_args(args, arg_types, spec, stream)
+    backend = dev.backend
+    model = backend.execution_model
+    if model is ExecutionModel.JIT:
+        backend.launch(spec.routine, grid3, block3, device_args, stream.handle)  # type: ignore
+    elif model is ExecutionModel.DIRECT:
+        backend.execute(spec.routine, grid3, block3, device_args, stream.handle)  # type: ignore
+    else:
+        backend.run(spec.routine, grid3, block3, device_args, stream.handle)  # type: ignore
+    if copy_back:
+        for host, dev_array in copy_back:
+            dev_array.copy_to_host(host, stream)
+
+
+def _to_device_args(args: Sequence[Any], arg_types: tuple[Type, ...], spec: Specialization,
+                    stream: Stream) -> tuple[list[Any], list[tuple[np.ndarray, DeviceArray]]]:
+    """NumPy arrays go to the device (written ones come back); scalars take their type."""
+    out: list[Any] = []
+    copy_back: list[tuple[np.ndarray, DeviceArray]] = []
+    for i, (value, t) in enumerate(zip(args, arg_types)):
+        if isinstance(value, np.ndarray):
+            dev_array = to_device(value, spec.device, stream)
+            if i in spec.written and dev_array._host is not value:
+                copy_back.append((value, dev_array))
+            out.append(dev_array)
+        elif isinstance(t, ScalarType):
+            out.append(t.dtype.type(value))
+        else:
+            out.append(value)
+    return out, copy_back

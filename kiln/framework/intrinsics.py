@@ -1,0 +1,231 @@
+"""The one intrinsic registry.
+
+Each standard intrinsic is registered once with its typing rule, its variance (how its
+value varies across threads), whether it is convergent (must be reached by a whole block)
+and whether it has side effects. Backends add implementations under a namespace: a JIT
+backend a spelling (a format template over the argument sources, or a callable), a DIRECT
+backend a callable. Namespaces chain, so C-family backends share the `"c"` spellings and
+override only what differs. The frontend types calls through this registry; emitters spell
+them through it; the interpreter executes them through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from ..ir.types import (
+    ArrayType,
+    ScalarType,
+    Type,
+    bool_,
+    f32,
+    f64,
+    i32,
+    i64,
+    promote,
+    u32,
+    u64,
+    void,
+)
+
+
+class Variance(IntEnum):
+    """The variance lattice: uniform < block-varying < thread-varying."""
+
+    UNIFORM = 0
+    BLOCK = 1
+    THREAD = 2
+
+
+class IntrinsicTypeError(Exception):
+    """Raised by a typing rule; the frontend turns it into a KernelError at the call."""
+
+
+Typing = Callable[[Sequence[Type]], tuple[list[Type], Type]]
+"""Given argument types, return (types to convert the arguments to, result type)."""
+
+
+@dataclass(frozen=True)
+class Intrinsic:
+    name: str
+    category: str  # "index", "sync", "atomic", "math"
+    arity: tuple[int, int]  # min, max number of arguments as the frontend sees them
+    typing: Typing
+    variance: Variance | None  # None: the join of the arguments' variances
+    convergent: bool = False
+    side_effects: bool = False
+
+
+class IntrinsicRegistry:
+    def __init__(self) -> None:
+        self._specs: dict[str, Intrinsic] = {}
+        self._impls: dict[tuple[str, str], Any] = {}
+
+    def register(self, spec: Intrinsic) -> None:
+        self._specs[spec.name] = spec
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._specs
+
+    def __getitem__(self, name: str) -> Intrinsic:
+        return self._specs[name]
+
+    def names(self, category: str | None = None) -> list[str]:
+        return [n for n, s in self._specs.items() if category in (None, s.category)]
+
+    def implement(self, namespace: str, impls: dict[str, Any]) -> None:
+        """Register implementations of intrinsics for a backend or backend family."""
+        for name, impl in impls.items():
+            if name not in self._specs:
+                raise KeyError(f"unknown intrinsic {name!r}")
+            self._impls[(namespace, name)] = impl
+
+    def implementation(self, name: str, namespaces: Iterable[str]) -> Any:
+        """The first implementation found along the namespace chain, or None."""
+        for ns in namespaces:
+            impl = self._impls.get((ns, name))
+            if impl is not None:
+                return impl
+        return None
+
+    def missing(self, namespaces: Sequence[str]) -> list[str]:
+        """Standard intrinsics with no implementation along the chain."""
+        return [n for n in self._specs if self.implementation(n, namespaces) is None]
+
+
+intrinsics = IntrinsicRegistry()
+
+# ---------------------------------------------------------------- typing rules
+
+
+def _fixed(result: Type, *params: Type) -> Typing:
+    def rule(args: Sequence[Type]) -> tuple[list[Type], Type]:
+        return list(params), result
+
+    return rule
+
+
+def _float_of(t: Type) -> ScalarType:
+    if not isinstance(t, ScalarType):
+        raise IntrinsicTypeError(f"expected a number, got {t}")
+    return t if t.is_float else f32
+
+
+def _float_math(nargs: int) -> Typing:
+    """Float functions: integer arguments become f32; several arguments are promoted."""
+
+    def rule(args: Sequence[Type]) -> tuple[list[Type], Type]:
+        t = _float_of(args[0])
+        for a in args[1:]:
+            t = promote(t, _float_of(a))
+        return [t] * nargs, t
+
+    return rule
+
+
+def _same_numeric(args: Sequence[Type]) -> tuple[list[Type], Type]:
+    """abs, min, max: promoted operand type, integers stay integers."""
+    for a in args:
+        if not isinstance(a, ScalarType) or a.is_bool:
+            raise IntrinsicTypeError(f"expected a number, got {a}")
+    t = args[0]
+    for a in args[1:]:
+        t = promote(t, a)
+    assert isinstance(t, ScalarType)
+    if len(args) == 1 and t.is_int and t.bits < 32:
+        t = i32
+    return [t] * len(args), t
+
+
+def _predicate(args: Sequence[Type]) -> tuple[list[Type], Type]:
+    return [_float_of(args[0])], bool_
+
+
+ATOMIC_TYPES: dict[str, tuple[ScalarType, ...]] = {
+    "atomic_add": (i32, u32, i64, u64, f32, f64),
+    "atomic_sub": (i32, u32, i64, u64),
+    "atomic_min": (i32, u32, i64, u64, f32),
+    "atomic_max": (i32, u32, i64, u64, f32),
+    "atomic_and": (i32, u32, i64, u64),
+    "atomic_or": (i32, u32, i64, u64),
+    "atomic_xor": (i32, u32, i64, u64),
+    "atomic_exch": (i32, u32, i64, u64, f32),
+    "atomic_cas": (i32, u32, i64, u64),
+}
+
+
+def _atomic(name: str, nvalues: int) -> Typing:
+    """Atomics take (array, index..., value...); indices are i32, values the element type."""
+
+    def rule(args: Sequence[Type]) -> tuple[list[Type], Type]:
+        arr = args[0]
+        if not isinstance(arr, ArrayType):
+            raise IntrinsicTypeError(f"the first argument of {name} must be an array, got {arr}")
+        if arr.elem not in ATOMIC_TYPES[name]:
+            allowed = ", ".join(t.name for t in ATOMIC_TYPES[name])
+            raise IntrinsicTypeError(f"{name} on {arr.elem} arrays is not supported (use {allowed})")
+        nidx = len(args) - 1 - nvalues
+        if nidx != arr.ndim:
+            raise IntrinsicTypeError(
+                f"{name} on a {arr.ndim}-d array needs {arr.ndim} index(es), got {nidx}"
+            )
+        for t in args[1 : 1 + nidx]:
+            if not (isinstance(t, ScalarType) and (t.is_int or t.is_bool)):
+                raise IntrinsicTypeError(f"array indices must be integers, got {t}")
+        return [arr, *[_index_type(t) for t in args[1 : 1 + nidx]], *[arr.elem] * nvalues], arr.elem
+
+    return rule
+
+
+def _index_type(t: Type) -> ScalarType:
+    assert isinstance(t, ScalarType)
+    return i64 if t.bits == 64 else i32
+
+
+# ---------------------------------------------------------------- the standard set
+
+for _axis in "xyz":
+    for _base, _var in (
+        ("thread_idx", Variance.THREAD),
+        ("block_idx", Variance.BLOCK),
+        ("block_dim", Variance.UNIFORM),
+        ("grid_dim", Variance.UNIFORM),
+    ):
+        intrinsics.register(Intrinsic(f"{_base}_{_axis}", "index", (0, 0), _fixed(i32), _var))
+
+intrinsics.register(
+    Intrinsic("barrier", "sync", (0, 0), _fixed(void), Variance.UNIFORM, True, True)
+)
+intrinsics.register(
+    Intrinsic("mem_fence", "sync", (0, 0), _fixed(void), Variance.UNIFORM, False, True)
+)
+
+for _name in ATOMIC_TYPES:
+    _nvalues = 2 if _name == "atomic_cas" else 1
+    intrinsics.register(
+        Intrinsic(_name, "atomic", (2 + _nvalues, 5 + _nvalues), _atomic(_name, _nvalues),
+                  Variance.THREAD, side_effects=True)
+    )
+
+UNARY_FLOAT_MATH = (
+    "sqrt", "rsqrt", "exp", "exp2", "log", "log2", "log10", "sin", "cos", "tan", "asin",
+    "acos", "atan", "sinh", "cosh", "tanh", "floor", "ceil", "trunc", "round", "erf",
+)
+BINARY_FLOAT_MATH = ("atan2", "pow", "copysign")
+
+for _name in UNARY_FLOAT_MATH:
+    intrinsics.register(Intrinsic(_name, "math", (1, 1), _float_math(1), None))
+for _name in BINARY_FLOAT_MATH:
+    intrinsics.register(Intrinsic(_name, "math", (2, 2), _float_math(2), None))
+intrinsics.register(Intrinsic("fma", "math", (3, 3), _float_math(3), None))
+intrinsics.register(Intrinsic("abs", "math", (1, 1), _same_numeric, None))
+intrinsics.register(Intrinsic("min", "math", (2, 2), _same_numeric, None))
+intrinsics.register(Intrinsic("max", "math", (2, 2), _same_numeric, None))
+intrinsics.register(Intrinsic("isnan", "math", (1, 1), _predicate, None))
+intrinsics.register(Intrinsic("isinf", "math", (1, 1), _predicate, None))
+
+INDEX_BASES = ("thread_idx", "block_idx", "block_dim", "grid_dim")
+FLOAT_TYPES = (f32, f64)

@@ -1,0 +1,154 @@
+"""The backend registry: priorities, entry points, KILN_BACKEND and KILN_DISABLE_<NAME>."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
+
+from .backend import Availability, Backend
+
+if TYPE_CHECKING:
+    from ..runtime.device import Device
+
+ENTRY_POINT_GROUP = "kiln.backends"
+BUILTIN_BACKENDS = (
+    "kiln.backends.interp:backend",
+    "kiln.backends.cpu:backend",
+    "kiln.backends.cuda:backend",
+    "kiln.backends.opencl:backend",
+)
+
+
+@dataclass
+class BackendEntry:
+    backend: Backend
+    priority: int
+    _availability: Availability | None = None
+    _devices: list[Device] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    @property
+    def availability(self) -> Availability:
+        if self._availability is None:
+            self._availability = self._probe()
+        return self._availability
+
+    @property
+    def available(self) -> bool:
+        return self.availability.available
+
+    @property
+    def reason(self) -> str:
+        return self.availability.reason
+
+    def _probe(self) -> Availability:
+        if os.environ.get(f"KILN_DISABLE_{self.name.upper()}", "") not in ("", "0"):
+            return Availability(False, f"disabled by KILN_DISABLE_{self.name.upper()}")
+        try:
+            return self.backend.availability()
+        except Exception as exc:  # a broken plugin must not break kiln
+            return Availability(False, f"availability check failed: {exc}")
+
+    def devices(self) -> list[Device]:
+        from ..runtime.device import Device
+
+        if self._devices is None:
+            if not self.available:
+                self._devices = []
+            else:
+                handles = self.backend.device_handles()
+                self._devices = [
+                    Device(self.backend, i, handle, caps,
+                           self.backend.device_priority(caps, self.priority))
+                    for i, (handle, caps) in enumerate(handles)
+                ]
+        return self._devices
+
+
+class BackendRegistry:
+    def __init__(self) -> None:
+        self._entries: dict[str, BackendEntry] = {}
+        self._discovered = False
+
+    def register(self, backend: Backend, priority: int = 0) -> BackendEntry:
+        entry = BackendEntry(backend, priority)
+        self._entries[backend.name] = entry
+        return entry
+
+    def _discover(self) -> None:
+        if self._discovered:
+            return
+        self._discovered = True
+        for spec in BUILTIN_BACKENDS:
+            self._load(spec)
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            self._load(ep.value, ep.name)
+
+    def _load(self, spec: str, name: str | None = None) -> None:
+        """Import `module:attr` and register it unless already registered by name.
+
+        A backend module registers itself on import (`register_backend(...)`); a plugin's
+        attribute may instead be a backend object, registered here with its `priority`.
+        """
+        from importlib import import_module
+
+        module_name, _, attr = spec.partition(":")
+        try:
+            module = import_module(module_name)
+            obj = getattr(module, attr) if attr else None
+        except Exception as exc:
+            label = name or module_name.rsplit(".", 1)[-1]
+            if label not in self._entries:
+                self._entries[label] = BackendEntry(_Broken(label, str(exc)), 0)
+            return
+        if isinstance(obj, Backend) and obj.name not in self._entries:
+            self.register(obj, getattr(obj, "priority", 0))
+
+    def entries(self) -> list[BackendEntry]:
+        self._discover()
+        return sorted(self._entries.values(), key=lambda e: -e.priority)
+
+    def get(self, name: str) -> BackendEntry:
+        self._discover()
+        if name not in self._entries:
+            known = ", ".join(sorted(self._entries))
+            raise KeyError(f"no backend named {name!r} (registered: {known})")
+        return self._entries[name]
+
+
+class _Broken(Backend):
+    """Stands in for a backend whose module failed to import, to report why."""
+
+    from .backend import ExecutionModel as _EM
+
+    execution_model = _EM.CUSTOM
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name  # type: ignore[misc]
+        self._reason = reason
+
+    def availability(self) -> Availability:
+        return Availability(False, f"failed to import: {self._reason}")
+
+    def device_handles(self):  # pragma: no cover - never called when unavailable
+        return []
+
+    def _unavailable(self, *args, **kwargs):  # pragma: no cover
+        raise RuntimeError(self._reason)
+
+    allocate = copy_host_to_device = copy_device_to_host = copy_device_to_device = _unavailable
+    create_stream = synchronize_stream = create_event = record_event = _unavailable
+    synchronize_event = elapsed_ms = _unavailable
+
+
+registry = BackendRegistry()
+
+
+def register_backend(backend: Backend, priority: int = 0) -> None:
+    """Register a backend object; higher priority wins when choosing a default device."""
+    registry.register(backend, priority)

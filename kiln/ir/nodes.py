@@ -1,0 +1,261 @@
+"""IR nodes: plain dataclasses for expressions, statements, functions and kernels.
+
+Every node carries an optional source location. Expressions carry their type. Local
+variables are declared once per function in `Function.locals`; assignments name them.
+Index intrinsics are normalised by the frontend to the twelve base names
+(`thread_idx_x` ... `grid_dim_z`); `global_id(d)`/`global_size(d)` are expanded into them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .types import ArrayType, ScalarType, Type
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A position in user source: 1-based line, 0-based column."""
+
+    file: str
+    line: int
+    col: int
+    end_col: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col + 1}"
+
+
+# ---------------------------------------------------------------- expressions
+
+
+@dataclass(eq=False)
+class Expr:
+    type: Type
+    loc: Loc | None = field(default=None, kw_only=True)
+
+
+@dataclass(eq=False)
+class Const(Expr):
+    value: int | float | bool
+
+
+@dataclass(eq=False)
+class Var(Expr):
+    """A local variable or parameter (scalar or array)."""
+
+    name: str
+
+
+@dataclass(eq=False)
+class BinOp(Expr):
+    """Arithmetic or bitwise: + - * / // % ** << >> & | ^ (operands already promoted).
+
+    `/` on floats only (the frontend casts integer operands); `//` and `%` floor toward
+    minus infinity, as in Python.
+    """
+
+    op: str
+    left: Expr
+    right: Expr
+
+
+@dataclass(eq=False)
+class UnaryOp(Expr):
+    """- + ~ not"""
+
+    op: str
+    operand: Expr
+
+
+@dataclass(eq=False)
+class Compare(Expr):
+    """One comparison (< <= > >= == !=) of operands of one type; result bool."""
+
+    op: str
+    left: Expr
+    right: Expr
+
+
+@dataclass(eq=False)
+class BoolOp(Expr):
+    """Short-circuit `and` / `or` over bool operands."""
+
+    op: str
+    values: list[Expr]
+
+
+@dataclass(eq=False)
+class Select(Expr):
+    """`a if cond else b`: evaluates only the chosen branch."""
+
+    cond: Expr
+    if_true: Expr
+    if_false: Expr
+
+
+@dataclass(eq=False)
+class Cast(Expr):
+    value: Expr
+
+
+@dataclass(eq=False)
+class Load(Expr):
+    """`array[i, j, ...]` with as many indices as the array has dimensions."""
+
+    array: Var
+    indices: list[Expr]
+
+
+@dataclass(eq=False)
+class ArrayDim(Expr):
+    """`array.shape[axis]` (or `len(array)` for axis 0); type i32."""
+
+    array: Var
+    axis: int
+
+
+@dataclass(eq=False)
+class Call(Expr):
+    """A call of a device function (`@kiln.func`), by its specialised name."""
+
+    func: str
+    args: list[Expr]
+
+
+@dataclass(eq=False)
+class IntrinsicCall(Expr):
+    """A standard intrinsic from the registry. Atomics take (array, index..., value...)."""
+
+    name: str
+    args: list[Expr]
+
+
+# ---------------------------------------------------------------- statements
+
+
+@dataclass(eq=False)
+class Stmt:
+    loc: Loc | None = field(default=None, kw_only=True)
+
+
+@dataclass(eq=False)
+class Assign(Stmt):
+    """`target = value`; the value already has the target's type."""
+
+    target: str
+    value: Expr
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    """`array[indices] = value`."""
+
+    array: Var
+    indices: list[Expr]
+    value: Expr
+
+
+@dataclass(eq=False)
+class ExprStmt(Stmt):
+    expr: Expr
+
+
+@dataclass(eq=False)
+class If(Stmt):
+    cond: Expr
+    then: list[Stmt]
+    orelse: list[Stmt] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class While(Stmt):
+    cond: Expr
+    body: list[Stmt]
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    """`for var in range(start, stop, step)`, Python semantics.
+
+    `stop` and `step` are evaluated once before the loop (the frontend binds anything but a
+    constant or a variable the body does not assign to a temporary). `step` is never zero
+    when constant. When `step` is not constant its sign decides the comparison at run time.
+    The body does not assign `var`.
+    """
+
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr
+    body: list[Stmt]
+
+
+@dataclass(eq=False)
+class Break(Stmt):
+    pass
+
+
+@dataclass(eq=False)
+class Continue(Stmt):
+    pass
+
+
+@dataclass(eq=False)
+class Return(Stmt):
+    value: Expr | None = None
+
+
+# ---------------------------------------------------------------- functions
+
+
+@dataclass(eq=False)
+class Param:
+    name: str
+    type: Type
+
+
+@dataclass(eq=False)
+class Function:
+    """A kernel (`is_kernel`, returns void) or a device function.
+
+    `locals` maps every local variable (not parameters) to its type; shared and local
+    arrays appear there with their `ArrayType` (space and shape set).
+    """
+
+    name: str
+    params: list[Param]
+    return_type: Type
+    body: list[Stmt]
+    locals: dict[str, Type]
+    is_kernel: bool = False
+    loc: Loc | None = None
+
+    def var_type(self, name: str) -> Type:
+        for p in self.params:
+            if p.name == name:
+                return p.type
+        return self.locals[name]
+
+
+@dataclass(eq=False)
+class Program:
+    """What a backend receives: the kernel and the device functions it calls (callees first)."""
+
+    kernel: Function
+    functions: list[Function] = field(default_factory=list)
+
+    def function(self, name: str) -> Function:
+        for f in self.functions:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+
+def is_array(t: Type) -> bool:
+    return isinstance(t, ArrayType)
+
+
+def is_scalar(t: Type) -> bool:
+    return isinstance(t, ScalarType)
+

@@ -1,0 +1,206 @@
+"""The kiln type system: scalars, arrays and the promotion rules every backend agrees on.
+
+Promotion (documented in docs/language.md):
+- integers narrower than 32 bits (and bool) are widened to i32 before arithmetic (as in C);
+- int with float gives the float; two floats give the wider;
+- two integers of one signedness give the wider; mixed signedness gives the unsigned type
+  when it is at least as wide as the signed one, else the signed type (C's rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .enums import MemorySpace
+
+
+class Type:
+    """Base of all kiln types."""
+
+
+@dataclass(frozen=True)
+class VoidType(Type):
+    def __repr__(self) -> str:
+        return "void"
+
+
+void = VoidType()
+
+
+@dataclass(frozen=True)
+class ScalarType(Type):
+    """A scalar: kind is 'b' (bool), 'i' (signed), 'u' (unsigned) or 'f' (float)."""
+
+    name: str
+    kind: str
+    bits: int
+
+    def __repr__(self) -> str:
+        return self.name
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(_NUMPY_NAMES[self.name])
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "f"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in "iu"
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind == "i"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "b"
+
+    @property
+    def itemsize(self) -> int:
+        return max(1, self.bits // 8)
+
+    def __getitem__(self, dims: object) -> ArrayType:
+        """`f32[:]`, `f32[:, :]` build array annotations."""
+        items = dims if isinstance(dims, tuple) else (dims,)
+        if not all(isinstance(d, slice) and d == slice(None) for d in items):
+            raise TypeError(f"array annotations are written {self.name}[:], {self.name}[:, :], ...")
+        return ArrayType(self, len(items))
+
+    def __call__(self, value: object = 0) -> object:
+        """On the host, `f32(1.5)` makes a NumPy scalar (in kernels it is a cast)."""
+        return self.dtype.type(value)
+
+    def range(self) -> tuple[float, float]:
+        if self.is_float:
+            info = np.finfo(self.dtype)
+            return (float(info.min), float(info.max))
+        if self.is_bool:
+            return (0, 1)
+        info = np.iinfo(self.dtype)
+        return (int(info.min), int(info.max))
+
+
+_NUMPY_NAMES = {
+    "bool_": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "f16": "float16", "f32": "float32", "f64": "float64",
+}
+
+bool_ = ScalarType("bool_", "b", 8)
+i8 = ScalarType("i8", "i", 8)
+i16 = ScalarType("i16", "i", 16)
+i32 = ScalarType("i32", "i", 32)
+i64 = ScalarType("i64", "i", 64)
+u8 = ScalarType("u8", "u", 8)
+u16 = ScalarType("u16", "u", 16)
+u32 = ScalarType("u32", "u", 32)
+u64 = ScalarType("u64", "u", 64)
+f16 = ScalarType("f16", "f", 16)
+f32 = ScalarType("f32", "f", 32)
+f64 = ScalarType("f64", "f", 64)
+
+SCALARS: tuple[ScalarType, ...] = (bool_, i8, i16, i32, i64, u8, u16, u32, u64, f16, f32, f64)
+SCALAR_BY_NAME = {t.name: t for t in SCALARS}
+SCALAR_BY_DTYPE = {t.dtype: t for t in SCALARS}
+
+
+@dataclass(frozen=True)
+class ArrayType(Type):
+    """An n-d C-contiguous array; shared and local arrays carry their constant shape."""
+
+    elem: ScalarType
+    ndim: int
+    space: MemorySpace = MemorySpace.GLOBAL
+    shape: tuple[int, ...] | None = None
+
+    def __repr__(self) -> str:
+        dims = ", ".join(":" for _ in range(self.ndim))
+        if self.space is MemorySpace.GLOBAL:
+            return f"{self.elem}[{dims}]"
+        return f"{self.space.value} {self.elem}{list(self.shape or ())}"
+
+    @property
+    def size(self) -> int:
+        """Element count of a fixed-shape (shared or local) array."""
+        assert self.shape is not None
+        return int(np.prod(self.shape))
+
+
+def Array(elem: ScalarType, ndim: int) -> ArrayType:  # noqa: N802 - spelled like a type
+    """`kiln.Array[f32, 2]` is `f32[:, :]`."""
+    return ArrayType(elem, ndim)
+
+
+class _ArrayAlias:
+    def __getitem__(self, key: tuple[ScalarType, int]) -> ArrayType:
+        elem, ndim = key
+        return ArrayType(elem, ndim)
+
+
+ArrayAlias = _ArrayAlias()
+
+
+def widen_for_arithmetic(t: ScalarType) -> ScalarType:
+    """C's integer promotion: bool and integers narrower than 32 bits become i32."""
+    if t.is_bool or (t.is_int and t.bits < 32):
+        return i32
+    return t
+
+
+def promote(a: ScalarType, b: ScalarType) -> ScalarType:
+    """The type of `a op b` for arithmetic operators."""
+    a, b = widen_for_arithmetic(a), widen_for_arithmetic(b)
+    if a == b:
+        return a
+    if a.is_float or b.is_float:
+        floats = [t for t in (a, b) if t.is_float]
+        return max(floats, key=lambda t: t.bits)
+    if a.kind == b.kind:
+        return a if a.bits >= b.bits else b
+    unsigned, signed = (a, b) if a.kind == "u" else (b, a)
+    return unsigned if unsigned.bits >= signed.bits else signed
+
+
+def can_convert_implicitly(src: ScalarType, dst: ScalarType) -> bool:
+    """Whether a value of `src` may be stored in a `dst` variable without a cast.
+
+    Allowed: the same type, bool to anything, widening within a kind, unsigned to a wider
+    signed integer, any integer to a float, and a narrower float to a wider one.
+    """
+    if src == dst or src.is_bool:
+        return True
+    if dst.is_float:
+        return src.is_int or (src.is_float and src.bits <= dst.bits)
+    if dst.is_int and src.is_int:
+        if src.kind == dst.kind:
+            return src.bits <= dst.bits
+        return src.kind == "u" and dst.kind == "i" and src.bits < dst.bits
+    return False
+
+
+def literal_type(value: object) -> ScalarType:
+    """The default type of a Python literal when its context does not decide."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool_
+    if isinstance(value, np.generic):
+        return SCALAR_BY_DTYPE[value.dtype]
+    if isinstance(value, int):
+        return i32 if -(2**31) <= value < 2**31 else i64
+    if isinstance(value, float):
+        return f32
+    raise TypeError(f"no kiln type for literal {value!r}")
+
+
+def fits(value: int | float | bool, t: ScalarType) -> bool:
+    """Whether a Python number is representable in `t` (floats fit any float type)."""
+    if t.is_float:
+        return True
+    if isinstance(value, float):
+        return False
+    lo, hi = t.range()
+    return lo <= int(value) <= hi

@@ -1,0 +1,71 @@
+"""The names kernels use: index objects, intrinsics, shared/local arrays, math.
+
+On the host these are inert markers (calling one outside a kernel raises); the frontend
+recognises them by identity and turns them into IR through the intrinsic registry.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ..framework.intrinsics import INDEX_BASES, intrinsics
+
+
+class KernelOnly:
+    """A kiln builtin that only has meaning inside a kernel."""
+
+    def __init__(self, name: str, intrinsic: str | None = None) -> None:
+        self.name = name
+        self.intrinsic = intrinsic
+
+    def __repr__(self) -> str:
+        return f"kiln.{self.name}"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"kiln.{self.name} can only be used inside a @kiln.kernel or @kiln.func")
+
+
+class IndexObject(KernelOnly):
+    """`thread_idx`, `block_idx`, `block_dim`, `grid_dim`: read `.x`, `.y`, `.z` in kernels."""
+
+
+thread_idx, block_idx, block_dim, grid_dim = (IndexObject(n) for n in INDEX_BASES)
+global_id = KernelOnly("global_id")
+global_size = KernelOnly("global_size")
+shared = KernelOnly("shared")
+local = KernelOnly("local")
+
+_INTRINSIC_OBJECTS: dict[str, KernelOnly] = {
+    name: KernelOnly(name, name)
+    for name in intrinsics.names()
+    if intrinsics[name].category in ("sync", "atomic", "math")
+}
+barrier = _INTRINSIC_OBJECTS["barrier"]
+mem_fence = _INTRINSIC_OBJECTS["mem_fence"]
+
+
+def intrinsic_object(name: str) -> KernelOnly:
+    return _INTRINSIC_OBJECTS[name]
+
+
+# Python callables that mean an intrinsic when called in a kernel.
+_MATH_ALIASES: dict[Callable[..., Any], str] = {
+    builtins.abs: "abs", builtins.min: "min", builtins.max: "max", builtins.round: "round",
+    math.fabs: "abs",
+}
+for _name in intrinsics.names("math"):
+    if hasattr(math, _name):
+        _MATH_ALIASES[getattr(math, _name)] = _name
+
+
+def intrinsic_for(obj: Any) -> str | None:
+    """The intrinsic a Python object stands for in kernels, if any."""
+    if isinstance(obj, KernelOnly):
+        return obj.intrinsic
+    try:
+        return _MATH_ALIASES.get(obj)
+    except TypeError:  # unhashable
+        return None

@@ -1,0 +1,71 @@
+"""Errors raised for user mistakes: in kernels (KernelError) and at launches (LaunchError)."""
+
+from __future__ import annotations
+
+import linecache
+
+from ..ir.nodes import Loc
+
+
+class KernelError(Exception):
+    """A kernel that kiln cannot compile; the message points at the user's source."""
+
+    kind = "kernel error"
+
+    def __init__(self, message: str, loc: Loc | None = None) -> None:
+        self.message = message
+        self.loc = loc
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if self.loc is None:
+            return self.message
+        text = f"{self.loc}: {self.kind}: {self.message}"
+        line = linecache.getline(self.loc.file, self.loc.line).rstrip("\n")
+        if line:
+            stripped = line.lstrip()
+            indent = len(line) - len(stripped)
+            width = max(1, (self.loc.end_col or self.loc.col + 1) - self.loc.col)
+            caret = " " * (self.loc.col - indent) + "^" * width
+            text += f"\n    {stripped}\n    {caret}"
+        return text
+
+    @property
+    def line(self) -> int | None:
+        return self.loc.line if self.loc else None
+
+
+class UnknownNameError(KernelError):
+    kind = "unknown name"
+
+
+class KernelTypeError(KernelError):
+    kind = "type error"
+
+
+class ArityError(KernelError):
+    kind = "wrong number of arguments"
+
+
+class UnsupportedError(KernelError):
+    kind = "unsupported"
+
+
+class ConvergenceError(KernelError):
+    kind = "divergent barrier"
+
+
+class ConstantError(KernelError):
+    kind = "not a compile-time constant"
+
+
+class DeviceFeatureError(KernelError):
+    kind = "device lacks a feature"
+
+
+class BackendCompileError(KernelError):
+    kind = "backend compiler error"
+
+
+class LaunchError(Exception):
+    """A launch that cannot run: bad grid/block, wrong argument count, type or shape."""

@@ -1,0 +1,164 @@
+"""`@kiln.kernel` and `@kiln.func`: Python functions that kiln compiles."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..ir.types import Type
+from .errors import KernelError
+
+if TYPE_CHECKING:
+    from ..framework.backend import Backend
+    from ..framework.executor import Specialization
+    from ..ir.nodes import Program
+    from ..runtime.device import Device, Stream
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _user_facing(method: F) -> F:
+    """Re-raise kiln's errors from the public entry point, without internal frames."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except KernelError as exc:
+            raise exc.with_traceback(None) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class _Compilable:
+    """What kernels and device functions share: the Python function and its parameters."""
+
+    def __init__(self, pyfunc: Callable[..., Any], options: dict[str, Any]) -> None:
+        self.pyfunc = pyfunc
+        self.name = pyfunc.__name__
+        self.options = options
+        functools.update_wrapper(self, pyfunc)  # type: ignore[arg-type]
+        self._signature: list[tuple[str, Type | None]] | None = None
+
+    @property
+    def signature(self) -> list[tuple[str, Type | None]]:
+        """Parameter names with their annotated kiln types (None where unannotated)."""
+        if self._signature is None:
+            from .frontend import parameter_types
+
+            self._signature = parameter_types(self.pyfunc)
+        return self._signature
+
+
+class DeviceFunction(_Compilable):
+    """A `@kiln.func`: callable from kernels and other device functions."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{self.name} is a @kiln.func: call it from a kernel")
+
+
+class Kernel(_Compilable):
+    """A `@kiln.kernel`: launch with `kernel[grid, block](args...)` or `kiln.launch`."""
+
+    def __init__(self, pyfunc: Callable[..., Any], options: dict[str, Any]) -> None:
+        super().__init__(pyfunc, options)
+        self.specializations: dict[Any, Specialization] = {}
+        self._programs: dict[tuple[Type, ...], Program] = {}
+
+    def __repr__(self) -> str:
+        return f"<kiln.kernel {self.name}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"launch a kernel with {self.name}[grid, block](...) or kiln.launch(...)")
+
+    def __getitem__(self, config: tuple[Any, ...]) -> Launcher:
+        if not isinstance(config, tuple) or not 2 <= len(config) <= 3:
+            raise TypeError(f"write {self.name}[grid, block] or {self.name}[grid, block, stream]")
+        return Launcher(self, *config)
+
+    def program(self, arg_types: tuple[Type, ...]) -> Program:
+        """The typed IR for one argument-type signature (cached)."""
+        program = self._programs.get(arg_types)
+        if program is None:
+            from ..ir.passes import check_program
+            from .frontend import build_program
+
+            program = check_program(build_program(self.pyfunc, arg_types, kernel=True))
+            self._programs[arg_types] = program
+        return program
+
+    def _types(self, types: Sequence[Type]) -> tuple[Type, ...]:
+        if types:
+            return tuple(types)
+        missing = [name for name, t in self.signature if t is None]
+        if missing:
+            raise TypeError(f"{self.name}: give types for unannotated parameters {missing}")
+        return tuple(t for _, t in self.signature)  # type: ignore[misc]
+
+    @_user_facing
+    def ir(self, *types: Type) -> str:
+        """The IR printed for a signature (annotations when no types are given)."""
+        from ..ir.printer import format_program
+
+        return format_program(self.program(self._types(types)))
+
+    @_user_facing
+    def source(self, backend: str | Backend, *types: Type) -> str:
+        """The source a JIT backend generates for a signature."""
+        from ..framework.registry import registry
+
+        b = registry.get(backend).backend if isinstance(backend, str) else backend
+        program = self.program(self._types(types))
+        for stage in b.pipeline(None):
+            program = stage(program)
+        return b.generate_source(program)  # type: ignore[attr-defined]
+
+    @_user_facing
+    def compile(self, device: Device | str | None = None, *types: Type) -> Specialization:
+        """Compile ahead of a launch."""
+        from ..framework.executor import specialize
+        from ..runtime.selection import device as resolve_device
+
+        return specialize(self, self._types(types), resolve_device(device))
+
+
+class Launcher:
+    """`kernel[grid, block]` or `kernel[grid, block, stream]`, ready to be called."""
+
+    __slots__ = ("kernel", "grid", "block", "stream")
+
+    def __init__(self, kernel: Kernel, grid: Any, block: Any, stream: Stream | None = None):
+        self.kernel, self.grid, self.block, self.stream = kernel, grid, block, stream
+
+    def __call__(self, *args: Any) -> None:
+        return launch(self.kernel, self.grid, self.block, args, stream=self.stream)
+
+
+@_user_facing
+def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any] = (),
+           device: Device | str | None = None, stream: Stream | None = None) -> None:
+    """Launch `kernel` on a grid of `grid` blocks of `block` threads."""
+    from ..framework.executor import launch as execute_launch
+
+    execute_launch(kernel, grid, block, args, device, stream)
+
+
+def _decorator(cls: type[_Compilable], fn: Callable[..., Any] | None,
+               options: dict[str, Any]) -> Any:
+    if fn is not None:
+        if not inspect.isfunction(fn):
+            raise TypeError(f"@kiln.{cls.__name__.lower()} decorates a function, got {fn!r}")
+        return cls(fn, options)
+    return lambda f: cls(f, options)
+
+
+def kernel(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+    """Decorate a SIMT kernel. Options (e.g. `fastmath=True`) reach the backend compiler."""
+    return _decorator(Kernel, fn, options)
+
+
+def func(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+    """Decorate a device function callable from kernels."""
+    return _decorator(DeviceFunction, fn, options)

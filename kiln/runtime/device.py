@@ -1,0 +1,83 @@
+"""Devices, streams and events: user-facing wrappers over backend handles."""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..framework.backend import Backend, Capabilities
+
+
+class Device:
+    """One device of one backend, named `backend:index` (e.g. `cuda:0`)."""
+
+    def __init__(self, backend: Backend, index: int, handle: Any, capabilities: Capabilities,
+                 priority: int) -> None:
+        self.backend = backend
+        self.index = index
+        self.handle = handle
+        self.capabilities = capabilities
+        self.priority = priority
+        self._default_stream: Stream | None = None
+        self.streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+
+    @property
+    def name(self) -> str:
+        return f"{self.backend.name}:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"<kiln.Device {self.name} ({self.capabilities.name})>"
+
+    @property
+    def default_stream(self) -> Stream:
+        if self._default_stream is None:
+            self._default_stream = Stream(self)
+        return self._default_stream
+
+    def synchronize(self) -> None:
+        """Wait for all work queued on this device."""
+        self.backend.synchronize_device(self)
+
+
+class Stream:
+    """An in-order queue of work on one device."""
+
+    def __init__(self, device: Device | None = None) -> None:
+        from .selection import device as default_device
+
+        self.device = device or default_device()
+        self.handle = self.device.backend.create_stream(self.device)
+        self.device.streams.add(self)
+
+    def synchronize(self) -> None:
+        self.device.backend.synchronize_stream(self.handle)
+
+    def __repr__(self) -> str:
+        return f"<kiln.Stream on {self.device.name}>"
+
+
+class Event:
+    """A point in a stream; `end.elapsed_time(start)` or `start.elapsed_time(end)` in ms."""
+
+    def __init__(self, device: Device | None = None) -> None:
+        from .selection import device as default_device
+
+        self.device = device or default_device()
+        self.handle = self.device.backend.create_event(self.device)
+        self._recorded = False
+
+    def record(self, stream: Stream | None = None) -> Event:
+        stream = stream or self.device.default_stream
+        self.device.backend.record_event(self.handle, stream.handle)
+        self._recorded = True
+        return self
+
+    def synchronize(self) -> None:
+        self.device.backend.synchronize_event(self.handle)
+
+    def elapsed_time(self, end: Event) -> float:
+        """Milliseconds from this event to `end` (both recorded)."""
+        if not (self._recorded and end._recorded):
+            raise RuntimeError("both events must be recorded before elapsed_time")
+        return self.device.backend.elapsed_ms(self.handle, end.handle)

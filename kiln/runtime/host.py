@@ -1,0 +1,120 @@
+"""Streams and events for backends whose devices are the host (interp, cpu).
+
+A `HostStream` is a worker thread running queued callables in order, so launches return at
+once and `synchronize`, events and host reads wait (OCANNL: scheduling never blocks).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+
+class HostStream:
+    def __init__(self, name: str = "kiln-stream") -> None:
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._pending = 0
+        self._lock = threading.Condition()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        while True:
+            task = self._queue.get()
+            try:
+                if task is not None and self._error is None:
+                    task()
+            except BaseException as exc:  # surfaced at the next synchronize
+                self._error = exc
+            finally:
+                with self._lock:
+                    self._pending -= 1
+                    self._lock.notify_all()
+
+    def enqueue(self, task: Callable[[], None]) -> None:
+        with self._lock:
+            self._pending += 1
+        self._queue.put(task)
+
+    def synchronize(self) -> None:
+        with self._lock:
+            while self._pending:
+                self._lock.wait()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+
+class HostEvent:
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.time = 0.0
+
+    def record(self, stream: HostStream) -> None:
+        self._done.clear()
+
+        def stamp() -> None:
+            self.time = time.perf_counter()
+            self._done.set()
+
+        stream.enqueue(stamp)
+
+    def synchronize(self) -> None:
+        self._done.wait()
+
+    @staticmethod
+    def elapsed_ms(start: HostEvent, end: HostEvent) -> float:
+        start.synchronize()
+        end.synchronize()
+        return (end.time - start.time) * 1e3
+
+
+class HostMemoryMixin:
+    """Memory, streams and events of a backend whose device memory is host memory.
+
+    Buffers are flat uint8 NumPy arrays; copies are ordered on the stream.
+    """
+
+    def allocate(self, device, nbytes: int):
+        import numpy as np
+
+        return np.empty(max(nbytes, 1), dtype=np.uint8)
+
+    def wrap_host(self, device, array):
+        import numpy as np
+
+        if array.flags.c_contiguous and array.flags.writeable and array.flags.aligned:
+            return array.reshape(-1).view(np.uint8)
+        return None
+
+    def copy_host_to_device(self, dst, src, stream: HostStream) -> None:
+        data = src.reshape(-1).view("uint8").copy()
+        stream.enqueue(lambda: dst.__setitem__(slice(0, data.size), data))
+
+    def copy_device_to_host(self, dst, src, stream: HostStream) -> None:
+        flat = dst.reshape(-1).view("uint8")
+        stream.enqueue(lambda: flat.__setitem__(slice(None), src[: flat.size]))
+
+    def copy_device_to_device(self, dst, src, nbytes: int, stream: HostStream) -> None:
+        stream.enqueue(lambda: dst.__setitem__(slice(0, nbytes), src[:nbytes]))
+
+    def create_stream(self, device) -> HostStream:
+        return HostStream(f"kiln-{device.name}")
+
+    def synchronize_stream(self, stream: HostStream) -> None:
+        stream.synchronize()
+
+    def create_event(self, device) -> HostEvent:
+        return HostEvent()
+
+    def record_event(self, event: HostEvent, stream: HostStream) -> None:
+        event.record(stream)
+
+    def synchronize_event(self, event: HostEvent) -> None:
+        event.synchronize()
+
+    def elapsed_ms(self, start: HostEvent, end: HostEvent) -> float:
+        return HostEvent.elapsed_ms(start, end)
