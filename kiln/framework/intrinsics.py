@@ -166,7 +166,9 @@ def _atomic(name: str, nvalues: int) -> Typing:
             raise IntrinsicTypeError(f"the first argument of {name} must be an array, got {arr}")
         if arr.elem not in ATOMIC_TYPES[name]:
             allowed = ", ".join(t.name for t in ATOMIC_TYPES[name])
-            raise IntrinsicTypeError(f"{name} on {arr.elem} arrays is not supported (use {allowed})")
+            raise IntrinsicTypeError(
+                f"{name} on {arr.elem} arrays is not supported (use {allowed})"
+            )
         nidx = len(args) - 1 - nvalues
         if nidx != arr.ndim:
             raise IntrinsicTypeError(
