@@ -1,0 +1,1058 @@
+"""The frontend: a Python function's AST -> typed IR, for one argument-type signature.
+
+Locals are typed by inference: the body is built repeatedly, widening each unannotated
+local to the unified type of everything assigned to it, until the types stop changing
+(types only widen, so this ends). Annotated locals and parameters keep their types, and an
+incompatible assignment to them is an error. Every error points at the user's source.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..framework.intrinsics import IntrinsicTypeError, intrinsics
+from ..ir import nodes as ir
+from ..ir.enums import MemorySpace
+from ..ir.types import (
+    SCALAR_BY_DTYPE,
+    ArrayType,
+    ScalarType,
+    Type,
+    bool_,
+    can_convert_implicitly,
+    f32,
+    fits,
+    i32,
+    i64,
+    literal_type,
+    void,
+)
+from . import builtins as kb
+from .errors import (
+    ArityError,
+    ConstantError,
+    KernelError,
+    KernelTypeError,
+    UnknownNameError,
+    UnsupportedError,
+)
+from .resolve import StaticResolver, annotation_type
+from .source import ParsedFunction, parse_function
+from .typing_rules import can_store, comparison_type, operand_type, unify
+
+BINOPS = {
+    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
+    ast.Mod: "%", ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&",
+    ast.BitOr: "|", ast.BitXor: "^",
+}
+CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+UNSUPPORTED_STATEMENTS = {
+    ast.Try: "`try` statements", ast.With: "`with` statements", ast.Raise: "`raise`",
+    ast.FunctionDef: "nested functions (closures)", ast.ClassDef: "class definitions",
+    ast.AsyncFunctionDef: "async functions", ast.Import: "imports", ast.ImportFrom: "imports",
+    ast.Global: "`global`", ast.Nonlocal: "`nonlocal`", ast.Delete: "`del`",
+    ast.Assert: "`assert`", ast.Match: "`match` statements", ast.AsyncFor: "`async for`",
+    ast.AsyncWith: "`async with`",
+}
+UNSUPPORTED_EXPRESSIONS = {
+    ast.List: "lists", ast.Dict: "dicts", ast.Set: "sets", ast.ListComp: "list comprehensions",
+    ast.DictComp: "dict comprehensions", ast.SetComp: "set comprehensions",
+    ast.GeneratorExp: "generators", ast.Lambda: "lambdas (closures)", ast.Yield: "generators",
+    ast.YieldFrom: "generators", ast.Await: "`await`", ast.JoinedStr: "strings",
+    ast.Starred: "starred arguments", ast.NamedExpr: "`:=`", ast.Slice: "slices",
+}
+
+
+class _Retry(Exception):
+    """A local's type widened: build the body again."""
+
+
+class ProgramContext:
+    """Collects the device functions one kernel calls, specialised by argument types."""
+
+    def __init__(self) -> None:
+        self.functions: dict[tuple[Any, tuple[Type, ...]], ir.Function] = {}
+        self.order: list[ir.Function] = []
+        self.building: set[tuple[Any, tuple[Type, ...]]] = set()
+        self.names: set[str] = set()
+
+    def unique_name(self, base: str, types: tuple[Type, ...]) -> str:
+        name = base
+        if name in self.names:
+            name = base + "_" + "_".join(_type_tag(t) for t in types)
+        n = 1
+        while name in self.names:
+            name, n = f"{base}_{n}", n + 1
+        self.names.add(name)
+        return name
+
+
+def _type_tag(t: Type) -> str:
+    if isinstance(t, ArrayType):
+        return f"{t.elem.name}a{t.ndim}"
+    return repr(t)
+
+
+def parameter_types(pyfunc: Callable[..., Any]) -> list[tuple[str, Type | None]]:
+    """Parameter names and annotated types (None where a parameter has no annotation)."""
+    parsed = parse_function(pyfunc)
+    resolver = StaticResolver(pyfunc)
+    args = parsed.tree.args
+    if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or args.defaults:
+        raise UnsupportedError(
+            "kernel parameters must be plain positional parameters (no *args, **kwargs, "
+            "keyword-only parameters or defaults)", parsed.loc(args.args[0] if args.args
+                                                              else parsed.tree))
+    out: list[tuple[str, Type | None]] = []
+    for a in args.args:
+        t = None
+        if a.annotation is not None:
+            t = annotation_type(resolver, a.annotation, parsed.loc(a.annotation))
+        out.append((a.arg, t))
+    return out
+
+
+def build_program(pyfunc: Callable[..., Any], arg_types: tuple[Type, ...],
+                  kernel: bool = True) -> ir.Program:
+    """Typed IR for `pyfunc` specialised to `arg_types`, with the functions it calls."""
+    ctx = ProgramContext()
+    main = FunctionBuilder(pyfunc, arg_types, ctx, is_kernel=kernel).build()
+    return ir.Program(main, list(ctx.order))
+
+
+class FunctionBuilder:
+    """Builds one function's IR; see the module docstring for the type inference loop."""
+
+    def __init__(self, pyfunc: Callable[..., Any], arg_types: Sequence[Type],
+                 ctx: ProgramContext, is_kernel: bool, name: str | None = None) -> None:
+        self.pyfunc = pyfunc
+        self.parsed: ParsedFunction = parse_function(pyfunc)
+        self.resolver = StaticResolver(pyfunc)
+        self.ctx = ctx
+        self.is_kernel = is_kernel
+        self.name = name or pyfunc.__name__
+        self.params = [ir.Param(a.arg, t) for a, t in zip(self.parsed.tree.args.args, arg_types)]
+        self.param_names = {p.name: p.type for p in self.params}
+        self.local_types: dict[str, Type] = {}
+        self.fixed: set[str] = set()  # annotated locals: their type never widens
+        self.return_type: Type | None = None if not is_kernel else void
+        self.user_names = {n.id for n in ast.walk(self.parsed.tree) if isinstance(n, ast.Name)}
+
+    # ------------------------------------------------------------ driver
+
+    def build(self) -> ir.Function:
+        tree = self.parsed.tree
+        if tree.decorator_list and len(tree.args.args) != len(self.params):
+            raise ArityError("argument count mismatch", self.loc(tree))
+        for _ in range(64):
+            self.defined: set[str] = set(self.param_names)
+            self.loop_depth = 0
+            self.temp_counter = 0
+            self.returns: list[Type] = []
+            try:
+                body = self.block(_strip_docstring(tree.body))
+            except _Retry:
+                continue
+            break
+        else:  # pragma: no cover - types only widen
+            raise KernelError("type inference did not converge", self.loc(tree))
+        return_type = self.return_type if self.return_type is not None else void
+        if not self.is_kernel and return_type != void and not _always_returns(body):
+            raise KernelTypeError(
+                f"{self.name} returns {return_type} on some paths but can reach its end "
+                "without returning a value", self.loc(tree.body[-1]))
+        return ir.Function(self.name, self.params, return_type, body, dict(self.local_types),
+                           is_kernel=self.is_kernel, loc=self.loc(tree))
+
+    def loc(self, node: ast.AST) -> ir.Loc:
+        return self.parsed.loc(node)
+
+    def temp(self, t: Type) -> str:
+        while True:
+            name = f"_k{self.temp_counter}"
+            self.temp_counter += 1
+            if name not in self.user_names and name not in self.param_names:
+                break
+        self.local_types[name] = t
+        return name
+
+    # ------------------------------------------------------------ statements
+
+    def block(self, stmts: list[ast.stmt]) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for s in stmts:
+            out.extend(self.stmt(s))
+        return out
+
+    def stmt(self, node: ast.stmt) -> list[ir.Stmt]:
+        for kind, what in UNSUPPORTED_STATEMENTS.items():
+            if isinstance(node, kind):
+                raise UnsupportedError(f"{what} are not supported in kernels", self.loc(node))
+        method = getattr(self, f"stmt_{type(node).__name__}", None)
+        if method is None:
+            raise UnsupportedError(f"{type(node).__name__} statements are not supported in "
+                                   "kernels", self.loc(node))
+        return method(node)
+
+    def stmt_Pass(self, node: ast.Pass) -> list[ir.Stmt]:
+        return []
+
+    def stmt_Expr(self, node: ast.Expr) -> list[ir.Stmt]:
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return []  # a string used as a comment
+        if isinstance(node.value, ast.Call):
+            expr = self.call(node.value, statement=True)
+            return [ir.ExprStmt(expr, loc=self.loc(node))] if expr is not None else []
+        self.expr(node.value)  # checked, then dropped: it has no effect
+        return []
+
+    def stmt_Assign(self, node: ast.Assign) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for target in node.targets:
+            out.extend(self.assign(target, node.value, node))
+        return out
+
+    def stmt_AnnAssign(self, node: ast.AnnAssign) -> list[ir.Stmt]:
+        if not isinstance(node.target, ast.Name):
+            raise UnsupportedError("only simple names can be annotated", self.loc(node.target))
+        name = node.target.id
+        t = annotation_type(self.resolver, node.annotation, self.loc(node.annotation))
+        if not isinstance(t, ScalarType):
+            raise UnsupportedError("annotated locals must be scalars; make arrays with "
+                                   "kiln.shared or kiln.local", self.loc(node.annotation))
+        if name in self.param_names:
+            raise KernelTypeError(f"'{name}' is a parameter and cannot be re-declared",
+                                  self.loc(node.target))
+        if name in self.fixed and self.local_types[name] != t:
+            raise KernelTypeError(f"'{name}' was declared {self.local_types[name]}, cannot "
+                                  f"re-declare it as {t}", self.loc(node.target))
+        self.local_types[name] = t
+        self.fixed.add(name)
+        if node.value is None:
+            self.defined.add(name)
+            return []
+        return self.assign(node.target, node.value, node)
+
+    def assign(self, target: ast.expr, value_node: ast.expr, stmt: ast.stmt) -> list[ir.Stmt]:
+        if isinstance(target, ast.Tuple):
+            return self.assign_tuple(target, value_node, stmt)
+        if isinstance(target, ast.Subscript):
+            return [self.store(target, self.expr(value_node), stmt)]
+        if not isinstance(target, ast.Name):
+            raise UnsupportedError("can only assign to names and array elements",
+                                   self.loc(target))
+        if _is_array_constructor(self, value_node):
+            self.declare_array(target.id, value_node)
+            return []
+        value = self.expr(value_node)
+        return [self.assign_name(target.id, value, target, compound=False)]
+
+    def assign_tuple(self, target: ast.Tuple, value_node: ast.expr,
+                     stmt: ast.stmt) -> list[ir.Stmt]:
+        if not isinstance(value_node, ast.Tuple) or len(value_node.elts) != len(target.elts):
+            raise UnsupportedError("tuple assignment needs a tuple of the same length on the "
+                                   "right", self.loc(value_node))
+        values = [self.expr(v) for v in value_node.elts]
+        out: list[ir.Stmt] = []
+        temps = []
+        for v in values:  # evaluate every right-hand side before assigning (a, b = b, a)
+            name = self.temp(v.type)
+            out.append(ir.Assign(name, v, loc=self.loc(stmt)))
+            temps.append(ir.Var(v.type, name, loc=v.loc))
+        for t_node, tmp in zip(target.elts, temps):
+            if isinstance(t_node, ast.Subscript):
+                out.append(self.store(t_node, tmp, stmt))
+            elif isinstance(t_node, ast.Name):
+                out.append(self.assign_name(t_node.id, tmp, t_node, compound=False))
+            else:
+                raise UnsupportedError("can only assign to names and array elements",
+                                       self.loc(t_node))
+        return out
+
+    def assign_name(self, name: str, value: ir.Expr, target: ast.AST,
+                    compound: bool) -> ir.Stmt:
+        loc = self.loc(target)
+        if not isinstance(value.type, ScalarType):
+            raise UnsupportedError(f"cannot assign {value.type} to a variable: arrays cannot "
+                                   "be aliased", loc)
+        current = self.param_names.get(name) or self.local_types.get(name)
+        if isinstance(current, ArrayType):
+            raise KernelTypeError(f"'{name}' is an array and cannot be reassigned", loc)
+        fixed = name in self.param_names or name in self.fixed
+        if current is None or (not fixed and current != value.type):
+            new = value.type if current is None else unify(current, value.type)  # type: ignore
+            if current is not None and new != current:
+                self.local_types[name] = new
+                raise _Retry
+            self.local_types[name] = new
+            current = new
+        assert isinstance(current, ScalarType)
+        converted = self.convert(value, current, loc, compound=compound, name=name)
+        self.defined.add(name)
+        return ir.Assign(name, converted, loc=loc)
+
+    def convert(self, value: ir.Expr, t: ScalarType, loc: ir.Loc, compound: bool = False,
+                name: str | None = None, what: str | None = None) -> ir.Expr:
+        """Convert `value` for storage in a `t` variable, or raise a clear type error."""
+        src = value.type
+        if src == t:
+            return value
+        assert isinstance(src, ScalarType)
+        literal = self.literal_value(value)
+        if literal is not None:
+            ok = isinstance(literal, bool) or t.is_float or (
+                not isinstance(literal, float) and fits(literal, t))
+        else:
+            ok = can_convert_implicitly(src, t) or (compound and can_store(src, t))
+        if not ok:
+            target = what or (f"variable '{name}'" if name else "the target")
+            hint = f"; convert explicitly with {t.name}(...)"
+            raise KernelTypeError(f"cannot assign a {src} value to {target} of type {t}{hint}",
+                                  value.loc or loc)
+        return self.cast(value, t)
+
+    def declare_array(self, name: str, call: ast.Call) -> None:
+        loc = self.loc(call)
+        fn = self.resolver.resolve(call.func)
+        space = MemorySpace.SHARED if fn is kb.shared else MemorySpace.LOCAL
+        if space is MemorySpace.SHARED and not self.is_kernel:
+            raise UnsupportedError("kiln.shared arrays can only be declared in kernels",
+                                   loc)
+        if len(call.args) != 2 or call.keywords:
+            raise ArityError(f"kiln.{fn.name}(dtype, shape) takes 2 arguments", loc)
+        elem = annotation_type(self.resolver, call.args[0], self.loc(call.args[0]))
+        if not isinstance(elem, ScalarType):
+            raise KernelTypeError("the element type must be a scalar type such as f32",
+                                  self.loc(call.args[0]))
+        shape = self.constant_shape(call.args[1], fn.name)
+        t = ArrayType(elem, len(shape), space, shape)
+        if name in self.param_names or (name in self.local_types
+                                        and self.local_types[name] != t):
+            raise KernelTypeError(f"'{name}' is already a variable of another type", loc)
+        self.local_types[name] = t
+        self.defined.add(name)
+
+    def constant_shape(self, node: ast.expr, what: str) -> tuple[int, ...]:
+        items = node.elts if isinstance(node, ast.Tuple) else [node]
+        dims: list[int] = []
+        for item in items:
+            value = self.constant(item)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise ConstantError(f"kiln.{what} arrays need a size fixed at compile time "
+                                    "(an int literal or module-level constant)",
+                                    self.loc(item))
+            if value <= 0:
+                raise ConstantError(f"array dimensions must be positive, got {value}",
+                                    self.loc(item))
+            dims.append(int(value))
+        return tuple(dims)
+
+    def constant(self, node: ast.expr) -> Any:
+        """The compile-time value of an expression, or None."""
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, (ast.Name, ast.Attribute)) and not self.is_local(node):
+            value = self.resolver.try_resolve(node)
+            return value if isinstance(value, (int, float, bool, np.number)) else None
+        if isinstance(node, ast.BinOp):
+            try:
+                expr = self.expr(node)
+            except KernelError:
+                return None
+            return self.literal_value(expr)
+        return None
+
+    def is_local(self, node: ast.expr) -> bool:
+        root = node
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        return isinstance(root, ast.Name) and (root.id in self.param_names
+                                               or root.id in self.local_types)
+
+    def store(self, target: ast.Subscript, value: ir.Expr, stmt: ast.stmt) -> ir.Stmt:
+        array, indices = self.subscript(target)
+        elem = array.type.elem  # type: ignore[union-attr]
+        converted = self.convert(value, elem, self.loc(target), compound=True,
+                                 what=f"an element of '{array.name}'")
+        return ir.Store(array, indices, converted, loc=self.loc(stmt))
+
+    def stmt_AugAssign(self, node: ast.AugAssign) -> list[ir.Stmt]:
+        op = BINOPS[type(node.op)]
+        if isinstance(node.target, ast.Name):
+            name = node.target.id
+            current = self.read_name(node.target)
+            result = self.binop(op, current, self.expr(node.value), node)
+            return [self.assign_name(name, result, node.target, compound=True)]
+        if isinstance(node.target, ast.Subscript):
+            out: list[ir.Stmt] = []
+            array, indices = self.subscript(node.target)
+            bound = []
+            for idx in indices:  # evaluate index expressions once
+                if isinstance(idx, (ir.Const, ir.Var)):
+                    bound.append(idx)
+                else:
+                    name = self.temp(idx.type)
+                    out.append(ir.Assign(name, idx, loc=idx.loc))
+                    bound.append(ir.Var(idx.type, name, loc=idx.loc))
+            current = ir.Load(array.type.elem, array, bound,  # type: ignore[union-attr]
+                              loc=self.loc(node.target))
+            result = self.binop(op, current, self.expr(node.value), node)
+            elem = array.type.elem  # type: ignore[union-attr]
+            converted = self.convert(result, elem, self.loc(node), compound=True,
+                                     what=f"an element of '{array.name}'")
+            out.append(ir.Store(array, list(bound), converted, loc=self.loc(node)))
+            return out
+        raise UnsupportedError("can only update names and array elements", self.loc(node))
+
+    def stmt_If(self, node: ast.If) -> list[ir.Stmt]:
+        cond = self.truth(self.expr(node.test), node.test)
+        return [ir.If(cond, self.block(node.body), self.block(node.orelse), loc=self.loc(node))]
+
+    def stmt_While(self, node: ast.While) -> list[ir.Stmt]:
+        if node.orelse:
+            raise UnsupportedError("`while ... else` is not supported in kernels",
+                                   self.loc(node.orelse[0]))
+        cond = self.truth(self.expr(node.test), node.test)
+        self.loop_depth += 1
+        body = self.block(node.body)
+        self.loop_depth -= 1
+        return [ir.While(cond, body, loc=self.loc(node))]
+
+    def stmt_For(self, node: ast.For) -> list[ir.Stmt]:
+        loc = self.loc(node)
+        if node.orelse:
+            raise UnsupportedError("`for ... else` is not supported in kernels",
+                                   self.loc(node.orelse[0]))
+        if not isinstance(node.target, ast.Name):
+            raise UnsupportedError("the loop variable must be a single name",
+                                   self.loc(node.target))
+        it = node.iter
+        if not (isinstance(it, ast.Call) and self.resolver.try_resolve(it.func) is range):
+            raise UnsupportedError("kernels loop with `for i in range(...)` only",
+                                   self.loc(it))
+        if not 1 <= len(it.args) <= 3 or it.keywords:
+            raise ArityError(f"range takes 1 to 3 arguments, got {len(it.args)}", self.loc(it))
+        args = [self.expr(a) for a in it.args]
+        for a, a_node in zip(args, it.args):
+            if not (isinstance(a.type, ScalarType) and (a.type.is_int or a.type.is_bool)):
+                raise KernelTypeError(f"range arguments must be integers, got {a.type}",
+                                      self.loc(a_node))
+        if len(args) == 1:
+            args = [ir.Const(i32, 0, loc=args[0].loc), args[0]]
+        if len(args) == 2:
+            args.append(ir.Const(i32, 1, loc=loc))
+        var = node.target.id
+        assigned = {n.id for s in node.body for n in ast.walk(s)
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        if var in assigned:
+            raise UnsupportedError(f"the loop variable '{var}' cannot be assigned inside "
+                                   "the loop", loc)
+        loop_type = self.common_type(args)
+        step_value = self.literal_value(args[2])
+        if step_value == 0:
+            raise KernelError("range() step must not be zero", self.loc(it.args[2]))
+        out: list[ir.Stmt] = []
+        bounds: list[ir.Expr] = []
+        for a in args[1:]:
+            a = self.cast(a, loop_type)
+            if isinstance(a, ir.Const) or (isinstance(a, ir.Var) and a.name not in assigned):
+                bounds.append(a)
+            else:
+                name = self.temp(loop_type)
+                out.append(ir.Assign(name, a, loc=a.loc))
+                bounds.append(ir.Var(loop_type, name, loc=a.loc))
+        start = self.cast(args[0], loop_type)
+        current = self.param_names.get(var) or self.local_types.get(var)
+        if var in self.param_names or (var in self.fixed and current != loop_type):
+            raise KernelTypeError(f"'{var}' is a {current} variable, cannot loop over "
+                                  f"{loop_type} values with it", self.loc(node.target))
+        if current is None:
+            self.local_types[var] = loop_type
+        elif current != loop_type:
+            new = unify(current, loop_type)  # type: ignore[arg-type]
+            if new != current:
+                self.local_types[var] = new
+                raise _Retry
+            start = self.cast(start, new)
+            bounds = [self.cast(b, new) for b in bounds]
+        self.defined.add(var)
+        self.loop_depth += 1
+        body = self.block(node.body)
+        self.loop_depth -= 1
+        out.append(ir.For(var, start, bounds[0], bounds[1], body, loc=loc))
+        return out
+
+    def stmt_Break(self, node: ast.Break) -> list[ir.Stmt]:
+        if not self.loop_depth:
+            raise KernelError("`break` outside a loop", self.loc(node))
+        return [ir.Break(loc=self.loc(node))]
+
+    def stmt_Continue(self, node: ast.Continue) -> list[ir.Stmt]:
+        if not self.loop_depth:
+            raise KernelError("`continue` outside a loop", self.loc(node))
+        return [ir.Continue(loc=self.loc(node))]
+
+    def stmt_Return(self, node: ast.Return) -> list[ir.Stmt]:
+        loc = self.loc(node)
+        if node.value is None:
+            if not self.is_kernel and self.return_type not in (None, void):
+                raise KernelTypeError(f"{self.name} returns {self.return_type} elsewhere; "
+                                      "every return needs a value", loc)
+            self.return_type = void if self.return_type is None else self.return_type
+            return [ir.Return(None, loc=loc)]
+        if self.is_kernel:
+            raise KernelTypeError("kernels cannot return a value; write results to an array",
+                                  self.loc(node.value))
+        value = self.expr(node.value)
+        if not isinstance(value.type, ScalarType):
+            raise UnsupportedError("device functions return scalars", self.loc(node.value))
+        if self.return_type is None:
+            self.return_type = value.type
+        elif self.return_type == void:
+            raise KernelTypeError(f"{self.name} returns no value elsewhere", loc)
+        elif self.return_type != value.type:
+            new = unify(self.return_type, value.type)  # type: ignore[arg-type]
+            if new != self.return_type:
+                self.return_type = new
+                raise _Retry
+        return [ir.Return(self.cast(value, self.return_type), loc=loc)]  # type: ignore
+
+    # ------------------------------------------------------------ expressions
+
+    def expr(self, node: ast.expr) -> ir.Expr:
+        for kind, what in UNSUPPORTED_EXPRESSIONS.items():
+            if isinstance(node, kind):
+                raise UnsupportedError(f"{what} are not supported in kernels", self.loc(node))
+        method = getattr(self, f"expr_{type(node).__name__}", None)
+        if method is None:
+            raise UnsupportedError(f"{type(node).__name__} expressions are not supported in "
+                                   "kernels", self.loc(node))
+        return method(node)
+
+    def literal(self, value: Any, node: ast.AST) -> ir.Expr:
+        loc = self.loc(node)
+        if isinstance(value, str):
+            raise UnsupportedError("strings are not supported in kernels", loc)
+        if isinstance(value, np.generic):
+            t = SCALAR_BY_DTYPE.get(value.dtype)
+            if t is None:
+                raise KernelTypeError(f"no kiln type for {value!r}", loc)
+            return ir.Const(t, value.item(), loc=loc)
+        if not isinstance(value, (bool, int, float)):
+            raise UnsupportedError(f"{type(value).__name__} values cannot be used in kernels",
+                                   loc)
+        const = ir.Const(literal_type(value), value, loc=loc)
+        const.weak = True  # type: ignore[attr-defined]
+        return const
+
+    @staticmethod
+    def literal_value(expr: ir.Expr) -> Any:
+        """The Python value of a literal that still adapts to its context, else None."""
+        if isinstance(expr, ir.Const) and getattr(expr, "weak", False):
+            return expr.value
+        return None
+
+    def expr_Constant(self, node: ast.Constant) -> ir.Expr:
+        if node.value is None or node.value is Ellipsis:
+            raise UnsupportedError(f"{node.value!r} is not a value in kernels", self.loc(node))
+        return self.literal(node.value, node)
+
+    def expr_Name(self, node: ast.Name) -> ir.Expr:
+        if node.id in self.param_names or node.id in self.local_types:
+            return self.read_name(node)
+        value = self.resolver.lookup(node.id, self.loc(node))
+        return self.value_expr(value, node)
+
+    def read_name(self, node: ast.Name) -> ir.Expr:
+        name = node.id
+        t = self.param_names.get(name) or self.local_types.get(name)
+        if t is None:
+            value = self.resolver.lookup(name, self.loc(node))
+            return self.value_expr(value, node)
+        if name not in self.defined:
+            raise UnknownNameError(f"'{name}' is used before it is assigned", self.loc(node))
+        return ir.Var(t, name, loc=self.loc(node))
+
+    def value_expr(self, value: Any, node: ast.AST) -> ir.Expr:
+        if isinstance(value, (bool, int, float, np.generic)):
+            return self.literal(value, node)
+        raise UnsupportedError(f"{_describe(value)} cannot be used as a value in kernels",
+                               self.loc(node))
+
+    def expr_Attribute(self, node: ast.Attribute) -> ir.Expr:
+        loc = self.loc(node)
+        if self.is_local(node.value):
+            base = self.expr(node.value)
+            if isinstance(base.type, ArrayType) and isinstance(base, ir.Var):
+                if node.attr == "ndim":
+                    return self.literal(base.type.ndim, node)
+                if node.attr == "size":
+                    size: ir.Expr = ir.ArrayDim(i32, base, 0, loc=loc)
+                    for axis in range(1, base.type.ndim):
+                        size = ir.BinOp(i32, "*", size, ir.ArrayDim(i32, base, axis, loc=loc),
+                                        loc=loc)
+                    return size
+                if node.attr == "shape":
+                    raise UnsupportedError("use a.shape[k] with a constant k", loc)
+            raise UnsupportedError(f"attribute '{node.attr}' of {base.type} is not supported",
+                                   loc)
+        owner = self.resolver.resolve(node.value)
+        if isinstance(owner, kb.IndexObject):
+            if node.attr not in ("x", "y", "z"):
+                raise UnknownNameError(f"kiln.{owner.name} has .x, .y and .z, not "
+                                       f".{node.attr}", loc)
+            return ir.IntrinsicCall(i32, f"{owner.name}_{node.attr}", [], loc=loc)
+        value = self.resolver.resolve(node)
+        return self.value_expr(value, node)
+
+    def expr_Subscript(self, node: ast.Subscript) -> ir.Expr:
+        if isinstance(node.value, ast.Attribute) and node.value.attr == "shape" \
+                and self.is_local(node.value.value):
+            array = self.expr(node.value.value)
+            if not isinstance(array, ir.Var) or not isinstance(array.type, ArrayType):
+                raise KernelTypeError("only arrays have a shape", self.loc(node.value))
+            axis = self.constant(node.slice)
+            if not isinstance(axis, int) or not -array.type.ndim <= axis < array.type.ndim:
+                raise ConstantError(f"shape index must be a constant in "
+                                    f"0..{array.type.ndim - 1}", self.loc(node.slice))
+            return ir.ArrayDim(i32, array, axis % array.type.ndim, loc=self.loc(node))
+        array, indices = self.subscript(node)
+        return ir.Load(array.type.elem, array, indices, loc=self.loc(node))  # type: ignore
+
+    def subscript(self, node: ast.Subscript) -> tuple[ir.Var, list[ir.Expr]]:
+        base = self.expr(node.value)
+        if not isinstance(base.type, ArrayType) or not isinstance(base, ir.Var):
+            raise KernelTypeError(f"cannot index a {base.type} value", self.loc(node.value))
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if len(items) != base.type.ndim:
+            raise KernelTypeError(f"'{base.name}' has {base.type.ndim} dimension(s) but is "
+                                  f"indexed with {len(items)}", self.loc(node.slice))
+        return base, [self.index(item) for item in items]
+
+    def index(self, node: ast.expr) -> ir.Expr:
+        idx = self.expr(node)
+        t = idx.type
+        if not (isinstance(t, ScalarType) and (t.is_int or t.is_bool)):
+            raise KernelTypeError(f"array indices must be integers, got {t}", self.loc(node))
+        value = self.literal_value(idx)
+        if value is not None and value < 0:
+            raise KernelError("negative indices do not wrap around in kernels",
+                              self.loc(node))
+        if t.bits < 32 or t.is_bool or t.kind == "u":
+            return self.cast(idx, i64 if t.bits >= 32 else i32)
+        return idx
+
+    def expr_BinOp(self, node: ast.BinOp) -> ir.Expr:
+        op = BINOPS[type(node.op)]
+        return self.binop(op, self.expr(node.left), self.expr(node.right), node)
+
+    def binop(self, op: str, left: ir.Expr, right: ir.Expr, node: ast.AST) -> ir.Expr:
+        loc = self.loc(node)
+        for side in (left, right):
+            if not isinstance(side.type, ScalarType):
+                raise KernelTypeError(f"operator {op} needs numbers, got {side.type}",
+                                      side.loc or loc)
+        lv, rv = self.literal_value(left), self.literal_value(right)
+        if lv is not None and rv is not None:
+            return self.fold_literals(op, lv, rv, node)
+        lt, rt = left.type, right.type
+        assert isinstance(lt, ScalarType) and isinstance(rt, ScalarType)
+        if op in ("&", "|", "^") and lt.is_bool and rt.is_bool:
+            return ir.BinOp(bool_, op, left, right, loc=loc)
+        t = operand_type(lt, rt, lv, rv)
+        if op in ("<<", ">>", "&", "|", "^", "~") and t.is_float:
+            raise KernelTypeError(f"operator {op} needs integers, got {lt} and {rt}", loc)
+        if op in ("<<", ">>"):
+            t = operand_type(lt, lt, None, None) if lv is None else t
+        if op == "/" and not t.is_float:
+            t = f32
+        return ir.BinOp(t, op, self.cast(left, t), self.cast(right, t), loc=loc)
+
+    def fold_literals(self, op: str, a: Any, b: Any, node: ast.AST) -> ir.Expr:
+        import operator as o
+
+        table = {"+": o.add, "-": o.sub, "*": o.mul, "/": o.truediv, "//": o.floordiv,
+                 "%": o.mod, "**": o.pow, "<<": o.lshift, ">>": o.rshift, "&": o.and_,
+                 "|": o.or_, "^": o.xor}
+        try:
+            return self.literal(table[op](a, b), node)
+        except ZeroDivisionError:
+            raise KernelError("division by zero in a constant expression",
+                              self.loc(node)) from None
+        except TypeError as exc:
+            raise KernelTypeError(str(exc), self.loc(node)) from None
+
+    def expr_UnaryOp(self, node: ast.UnaryOp) -> ir.Expr:
+        operand = self.expr(node.operand)
+        loc = self.loc(node)
+        if isinstance(node.op, ast.Not):
+            return ir.UnaryOp(bool_, "not", self.truth(operand, node.operand), loc=loc)
+        if not isinstance(operand.type, ScalarType):
+            raise KernelTypeError(f"cannot negate a {operand.type}", loc)
+        value = self.literal_value(operand)
+        op = {ast.USub: "-", ast.UAdd: "+", ast.Invert: "~"}[type(node.op)]
+        if value is not None:
+            return self.literal({"-": -value, "+": +value, "~": ~value if
+                                 not isinstance(value, float) else None}[op], node)
+        t = operand.type
+        if op == "~" and t.is_float:
+            raise KernelTypeError(f"operator ~ needs an integer, got {t}", loc)
+        if op == "~" and t.is_bool:
+            return ir.UnaryOp(bool_, "not", operand, loc=loc)
+        if t.is_bool or (t.is_int and t.bits < 32):
+            operand, t = self.cast(operand, i32), i32
+        return ir.UnaryOp(t, op, operand, loc=loc)
+
+    def expr_BoolOp(self, node: ast.BoolOp) -> ir.Expr:
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        values = [self.truth(self.expr(v), v) for v in node.values]
+        return ir.BoolOp(bool_, op, values, loc=self.loc(node))
+
+    def expr_Compare(self, node: ast.Compare) -> ir.Expr:
+        parts: list[ir.Expr] = []
+        left = self.expr(node.left)
+        for op_node, right_node in zip(node.ops, node.comparators):
+            if type(op_node) not in CMPOPS:
+                raise UnsupportedError(f"{type(op_node).__name__} comparisons are not "
+                                       "supported in kernels", self.loc(node))
+            right = self.expr(right_node)
+            parts.append(self.compare(CMPOPS[type(op_node)], left, right, node))
+            left = right
+        if len(parts) == 1:
+            return parts[0]
+        return ir.BoolOp(bool_, "and", parts, loc=self.loc(node))
+
+    def compare(self, op: str, left: ir.Expr, right: ir.Expr, node: ast.AST) -> ir.Expr:
+        loc = self.loc(node)
+        for side in (left, right):
+            if not isinstance(side.type, ScalarType):
+                raise KernelTypeError(f"cannot compare a {side.type}", side.loc or loc)
+        lv, rv = self.literal_value(left), self.literal_value(right)
+        t = comparison_type(left.type, right.type, lv, rv)  # type: ignore[arg-type]
+        return ir.Compare(bool_, op, self.cast(left, t), self.cast(right, t), loc=loc)
+
+    def expr_IfExp(self, node: ast.IfExp) -> ir.Expr:
+        cond = self.truth(self.expr(node.test), node.test)
+        a, b = self.expr(node.body), self.expr(node.orelse)
+        for side in (a, b):
+            if not isinstance(side.type, ScalarType):
+                raise KernelTypeError("conditional expressions choose between numbers",
+                                      side.loc)
+        t = operand_type(a.type, b.type, self.literal_value(a),  # type: ignore[arg-type]
+                         self.literal_value(b))
+        if a.type == bool_ and b.type == bool_:
+            t = bool_
+        return ir.Select(t, cond, self.cast(a, t), self.cast(b, t), loc=self.loc(node))
+
+    def expr_Tuple(self, node: ast.Tuple) -> ir.Expr:
+        raise UnsupportedError("tuples are only allowed in tuple assignment and indexing",
+                               self.loc(node))
+
+    def expr_Call(self, node: ast.Call) -> ir.Expr:
+        result = self.call(node, statement=False)
+        assert result is not None
+        return result
+
+    # ------------------------------------------------------------ calls
+
+    def call(self, node: ast.Call, statement: bool) -> ir.Expr | None:
+        loc = self.loc(node)
+        if self.is_local(node.func):
+            raise UnsupportedError("variables cannot be called", loc)
+        fn = self.resolver.resolve(node.func)
+        if fn is print:
+            raise UnsupportedError("print is not supported in kernels", loc)
+        if isinstance(fn, type) and issubclass(fn, np.generic):
+            fn = SCALAR_BY_DTYPE.get(np.dtype(fn), fn)
+        if fn in (int, float, bool):
+            fn = {int: i32, float: f32, bool: bool_}[fn]
+        if isinstance(fn, ScalarType):
+            return self.cast_call(fn, node)
+        if fn is len:
+            args = self.positional(node, 1, "len")
+            if not isinstance(args[0].type, ArrayType) or not isinstance(args[0], ir.Var):
+                raise KernelTypeError(f"len() needs an array, got {args[0].type}", loc)
+            return ir.ArrayDim(i32, args[0], 0, loc=loc)
+        if fn is range:
+            raise UnsupportedError("range() can only be used in a for loop", loc)
+        if fn in (kb.global_id, kb.global_size):
+            return self.global_index(fn, node)
+        if fn in (kb.shared, kb.local):
+            raise UnsupportedError(f"kiln.{fn.name}(...) must be assigned to a name: "
+                                   f"s = kiln.{fn.name}(f32, 256)", loc)
+        name = kb.intrinsic_for(fn)
+        if name is not None:
+            return self.intrinsic_call(name, node, statement)
+        from .kernel import DeviceFunction, Kernel
+
+        if isinstance(fn, DeviceFunction):
+            return self.device_call(fn, node, statement)
+        if isinstance(fn, Kernel):
+            raise UnsupportedError(f"kernel {fn.name} cannot be called from a kernel; make "
+                                   "it a @kiln.func", loc)
+        raise UnsupportedError(f"calling {_describe(fn)} is not supported in kernels", loc)
+
+    def positional(self, node: ast.Call, count: int | tuple[int, int],
+                   what: str) -> list[ir.Expr]:
+        lo, hi = (count, count) if isinstance(count, int) else count
+        if node.keywords:
+            raise UnsupportedError(f"{what} takes no keyword arguments", self.loc(node))
+        if not lo <= len(node.args) <= hi:
+            expected = str(lo) if lo == hi else f"{lo} to {hi}"
+            raise ArityError(f"{what} takes {expected} argument(s), got {len(node.args)}",
+                             self.loc(node))
+        return [self.expr(a) for a in node.args]
+
+    def cast_call(self, t: ScalarType, node: ast.Call) -> ir.Expr:
+        (arg,) = self.positional(node, 1, t.name)
+        if not isinstance(arg.type, ScalarType):
+            raise KernelTypeError(f"cannot convert a {arg.type} to {t}", self.loc(node))
+        if t == bool_:
+            return self.truth(arg, node)
+        value = self.literal_value(arg)
+        if value is not None:
+            const = t.dtype.type(value).item() if not t.is_float else float(value)
+            return ir.Const(t, const, loc=self.loc(node))
+        return self.cast(arg, t, loc=self.loc(node))
+
+    def global_index(self, fn: kb.KernelOnly, node: ast.Call) -> ir.Expr:
+        loc = self.loc(node)
+        if len(node.args) != 1 or node.keywords:
+            raise ArityError(f"kiln.{fn.name}(dim) takes 1 argument", loc)
+        dim = self.constant(node.args[0])
+        if dim not in (0, 1, 2) or isinstance(dim, bool):
+            raise ConstantError(f"kiln.{fn.name} needs a constant dimension 0, 1 or 2",
+                                self.loc(node.args[0]))
+        axis = "xyz"[dim]
+
+        def index(base: str) -> ir.Expr:
+            return ir.IntrinsicCall(i32, f"{base}_{axis}", [], loc=loc)
+
+        if fn is kb.global_id:
+            product = ir.BinOp(i32, "*", index("block_idx"), index("block_dim"), loc=loc)
+            return ir.BinOp(i32, "+", product, index("thread_idx"), loc=loc)
+        return ir.BinOp(i32, "*", index("grid_dim"), index("block_dim"), loc=loc)
+
+    def intrinsic_call(self, name: str, node: ast.Call, statement: bool) -> ir.Expr:
+        spec = intrinsics[name]
+        loc = self.loc(node)
+        if node.keywords:
+            raise UnsupportedError(f"{name} takes no keyword arguments", loc)
+        arg_nodes = list(node.args)
+        if spec.category == "atomic" and len(arg_nodes) >= 2 and isinstance(arg_nodes[1],
+                                                                              ast.Tuple):
+            arg_nodes = [arg_nodes[0], *arg_nodes[1].elts, *arg_nodes[2:]]
+        if name in ("min", "max") and len(arg_nodes) > 2:
+            folded = self.intrinsic_from_exprs(name, [self.expr(a) for a in arg_nodes[:2]],
+                                               node)
+            for extra in arg_nodes[2:]:
+                folded = self.intrinsic_from_exprs(name, [folded, self.expr(extra)], node)
+            return folded
+        lo, hi = spec.arity
+        if not lo <= len(arg_nodes) <= hi:
+            expected = str(lo) if lo == hi else f"{lo} to {hi}"
+            raise ArityError(f"{name} takes {expected} argument(s), got {len(arg_nodes)}",
+                             loc)
+        args = [self.expr(a) for a in arg_nodes]
+        if spec.category == "atomic" and not isinstance(args[0], ir.Var):
+            raise KernelTypeError(f"the first argument of {name} must be an array",
+                                  self.loc(arg_nodes[0]))
+        result = self.intrinsic_from_exprs(name, args, node)
+        if result.type == void and not statement:
+            raise KernelTypeError(f"{name}() has no value", loc)
+        return result
+
+    def intrinsic_from_exprs(self, name: str, args: list[ir.Expr], node: ast.AST) -> ir.Expr:
+        spec = intrinsics[name]
+        types = [self._literal_aware_type(a, args) if spec.category == "math" else a.type
+                 for a in args]
+        try:
+            param_types, result = spec.typing(types)
+        except IntrinsicTypeError as exc:
+            raise KernelTypeError(str(exc), self.loc(node)) from None
+        converted = []
+        for a, t in zip(args, param_types):
+            if isinstance(t, ScalarType):
+                if not isinstance(a.type, ScalarType):
+                    raise KernelTypeError(f"{name} expects a number, got {a.type}", a.loc)
+                a = self.convert(a, t, self.loc(node), compound=True,
+                                 what=f"a {t} argument of {name}") \
+                    if spec.category == "atomic" else self.cast(a, t)
+            converted.append(a)
+        return ir.IntrinsicCall(result, name, converted, loc=self.loc(node))
+
+    def _literal_aware_type(self, arg: ir.Expr, args: list[ir.Expr]) -> Type:
+        """A literal argument takes the type of the other non-literal numeric arguments."""
+        value = self.literal_value(arg)
+        if value is None:
+            return arg.type
+        others = [a.type for a in args if self.literal_value(a) is None
+                  and isinstance(a.type, ScalarType)]
+        if not others:
+            return arg.type
+        t = others[0]
+        assert isinstance(t, ScalarType)
+        return operand_type(t, arg.type, None, value)  # type: ignore[arg-type]
+
+    def device_call(self, fn: Any, node: ast.Call, statement: bool) -> ir.Expr | None:
+        loc = self.loc(node)
+        params = fn.signature
+        args_nodes = list(node.args)
+        if len(args_nodes) > len(params):
+            raise ArityError(f"{fn.name} takes {len(params)} argument(s), got "
+                             f"{len(args_nodes) + len(node.keywords)}", loc)
+        by_name: dict[str, ast.expr] = {}
+        for kw in node.keywords:
+            if kw.arg is None or kw.arg not in [p for p, _ in params]:
+                raise ArityError(f"{fn.name} has no parameter '{kw.arg}'", self.loc(kw.value))
+            by_name[kw.arg] = kw.value
+        ordered: list[ast.expr] = []
+        for i, (pname, _) in enumerate(params):
+            if i < len(args_nodes):
+                if pname in by_name:
+                    raise ArityError(f"{fn.name} got '{pname}' twice", loc)
+                ordered.append(args_nodes[i])
+            elif pname in by_name:
+                ordered.append(by_name[pname])
+            else:
+                raise ArityError(f"{fn.name} takes {len(params)} argument(s) "
+                                 f"({', '.join(p for p, _ in params)}); '{pname}' is missing",
+                                 loc)
+        args = [self.expr(a) for a in ordered]
+        types: list[Type] = []
+        converted: list[ir.Expr] = []
+        for (pname, ptype), a, a_node in zip(params, args, ordered):
+            if isinstance(a.type, ArrayType):
+                if not isinstance(a, ir.Var):
+                    raise KernelTypeError("array arguments must be array variables",
+                                          self.loc(a_node))
+                if ptype is not None and (not isinstance(ptype, ArrayType)
+                                          or ptype.elem != a.type.elem
+                                          or ptype.ndim != a.type.ndim):
+                    raise KernelTypeError(f"argument '{pname}' of {fn.name} expects {ptype}, "
+                                          f"got {a.type}", self.loc(a_node))
+                types.append(a.type)
+                converted.append(a)
+                continue
+            if isinstance(ptype, ArrayType):
+                raise KernelTypeError(f"argument '{pname}' of {fn.name} expects {ptype}, "
+                                      f"got {a.type}", self.loc(a_node))
+            t = ptype or a.type
+            converted.append(self.convert(a, t, self.loc(a_node),  # type: ignore[arg-type]
+                                          what=f"parameter '{pname}' of {fn.name}"))
+            types.append(t)
+        callee = self.specialize_function(fn, tuple(types), loc)
+        if callee.return_type == void and not statement:
+            raise KernelTypeError(f"{fn.name} returns no value", loc)
+        return ir.Call(callee.return_type, callee.name, converted, loc=loc)
+
+    def specialize_function(self, fn: Any, types: tuple[Type, ...], loc: ir.Loc) -> ir.Function:
+        key = (fn, types)
+        found = self.ctx.functions.get(key)
+        if found is not None:
+            return found
+        if key in self.ctx.building:
+            raise UnsupportedError(f"{fn.name} calls itself; recursion is not supported yet",
+                                   loc)
+        self.ctx.building.add(key)
+        try:
+            name = self.ctx.unique_name(fn.name, types)
+            function = FunctionBuilder(fn.pyfunc, types, self.ctx, is_kernel=False,
+                                       name=name).build()
+        finally:
+            self.ctx.building.discard(key)
+        self.ctx.functions[key] = function
+        self.ctx.order.append(function)
+        return function
+
+    # ------------------------------------------------------------ helpers
+
+    def cast(self, expr: ir.Expr, t: Type, loc: ir.Loc | None = None) -> ir.Expr:
+        if expr.type == t:
+            return expr
+        value = self.literal_value(expr)
+        if value is not None and isinstance(t, ScalarType):
+            if t.is_bool:
+                return ir.Const(t, bool(value), loc=expr.loc)
+            if t.is_float:
+                return ir.Const(t, float(value), loc=expr.loc)
+            if isinstance(value, float):
+                return ir.Cast(t, ir.Const(literal_type(value), value, loc=expr.loc),
+                               loc=expr.loc)
+            return ir.Const(t, int(value), loc=expr.loc)
+        return ir.Cast(t, expr, loc=loc or expr.loc)
+
+    def truth(self, expr: ir.Expr, node: ast.AST) -> ir.Expr:
+        """A condition as bool_: numbers compare against zero."""
+        t = expr.type
+        if t == bool_:
+            return expr
+        if not isinstance(t, ScalarType):
+            raise KernelTypeError(f"a {t} cannot be used as a condition", self.loc(node))
+        value = self.literal_value(expr)
+        if value is not None:
+            return ir.Const(bool_, bool(value), loc=expr.loc)
+        return ir.Compare(bool_, "!=", expr, ir.Const(t, 0, loc=expr.loc), loc=expr.loc)
+
+    def common_type(self, exprs: list[ir.Expr]) -> ScalarType:
+        typed = [e.type for e in exprs if self.literal_value(e) is None]
+        if not typed:
+            values = [self.literal_value(e) for e in exprs]
+            return i64 if any(literal_type(v) == i64 for v in values) else i32
+        t = typed[0]
+        for other in typed[1:]:
+            t = operand_type(t, other, None, None)  # type: ignore[arg-type]
+        for e in exprs:
+            v = self.literal_value(e)
+            if v is not None:
+                t = operand_type(t, e.type, None, v)  # type: ignore[arg-type]
+        return t  # type: ignore[return-value]
+
+
+def _is_array_constructor(builder: FunctionBuilder, node: ast.expr) -> bool:
+    if not isinstance(node, ast.Call) or builder.is_local(node.func):
+        return False
+    return builder.resolver.try_resolve(node.func) in (kb.shared, kb.local)
+
+
+def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[1:]
+    return body
+
+
+def _always_returns(body: list[ir.Stmt]) -> bool:
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, ir.Return):
+        return True
+    if isinstance(last, ir.If):
+        return _always_returns(last.then) and _always_returns(last.orelse)
+    if isinstance(last, ir.While) and isinstance(last.cond, ir.Const) and last.cond.value:
+        return not any(isinstance(n, ir.Break) for n in _shallow_breaks(last.body))
+    return False
+
+
+def _shallow_breaks(body: list[ir.Stmt]) -> list[ir.Stmt]:
+    """Breaks that leave this loop (not those of nested loops)."""
+    found: list[ir.Stmt] = []
+    for s in body:
+        if isinstance(s, ir.Break):
+            found.append(s)
+        elif isinstance(s, ir.If):
+            found += _shallow_breaks(s.then) + _shallow_breaks(s.orelse)
+    return found
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, type(math)):
+        return f"module {value.__name__}"
+    name = getattr(value, "__name__", None)
+    return f"{type(value).__name__} {name}" if name else repr(value)

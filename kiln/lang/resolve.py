@@ -1,0 +1,92 @@
+"""Compile-time name resolution: globals, closure constants, builtins and annotations."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..ir.nodes import Loc
+from ..ir.types import SCALAR_BY_DTYPE, ArrayType, ScalarType, Type, bool_, f32, i32
+from .errors import KernelTypeError, UnknownNameError
+
+_MISSING = object()
+
+
+class StaticResolver:
+    """Looks names up as the Python function would see them, at compile time."""
+
+    def __init__(self, pyfunc: Callable[..., Any]) -> None:
+        self.globals = pyfunc.__globals__
+        closure = inspect.getclosurevars(pyfunc).nonlocals if pyfunc.__closure__ else {}
+        self.closure = dict(closure)
+
+    def lookup(self, name: str, loc: Loc) -> Any:
+        for scope in (self.closure, self.globals, vars(builtins)):
+            if name in scope:
+                return scope[name]
+        raise UnknownNameError(f"name '{name}' is not defined", loc)
+
+    def resolve(self, node: ast.expr, loc: Loc | None = None) -> Any:
+        """The Python object a name or attribute chain denotes (errors if none)."""
+        value = self._resolve(node)
+        if value is _MISSING:
+            raise UnknownNameError(f"'{ast.unparse(node)}' is not defined", loc or _loc(node))
+        return value
+
+    def try_resolve(self, node: ast.expr) -> Any:
+        value = self._resolve(node)
+        return None if value is _MISSING else value
+
+    def _resolve(self, node: ast.expr) -> Any:
+        if isinstance(node, ast.Name):
+            for scope in (self.closure, self.globals, vars(builtins)):
+                if node.id in scope:
+                    return scope[node.id]
+            return _MISSING
+        if isinstance(node, ast.Attribute):
+            base = self._resolve(node.value)
+            if base is _MISSING:
+                return _MISSING
+            return getattr(base, node.attr, _MISSING)
+        return _MISSING
+
+
+def _loc(node: ast.AST) -> Loc:
+    return Loc("<kernel>", getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+def type_from_object(obj: Any) -> Type | None:
+    """A kiln type from an annotation object (`f32`, `f32[:]`, `int`, `np.float32`...)."""
+    if isinstance(obj, (ScalarType, ArrayType)):
+        return obj
+    if obj is int:
+        return i32
+    if obj is float:
+        return f32
+    if obj is bool:
+        return bool_
+    if isinstance(obj, type) and issubclass(obj, np.generic):
+        return SCALAR_BY_DTYPE.get(np.dtype(obj))
+    return None
+
+
+def annotation_type(resolver: StaticResolver, node: ast.expr, loc: Loc) -> Type:
+    """Evaluate an annotation expression in the function's scope and map it to a kiln type."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        node = ast.parse(node.value, mode="eval").body
+    try:
+        scope = {**vars(builtins), **resolver.globals, **resolver.closure}
+        obj = eval(compile(ast.Expression(node), "<annotation>", "eval"), scope)  # noqa: S307
+    except Exception as exc:
+        raise UnknownNameError(f"cannot evaluate the annotation '{ast.unparse(node)}': {exc}",
+                               loc) from None
+    t = type_from_object(obj)
+    if t is None:
+        raise KernelTypeError(f"'{ast.unparse(node)}' is not a kiln type (use f32, i32, "
+                              "f32[:], ...)", loc)
+    return t
