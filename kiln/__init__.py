@@ -18,8 +18,10 @@ from .ir.enums import MemorySpace
 from .ir.types import (
     Array,
     ArrayType,
+    ConstexprType,
     ScalarType,
     bool_,
+    constexpr,
     f16,
     f32,
     f64,
@@ -61,6 +63,7 @@ float16, float32, float64 = f16, f32, f64
 # kernel builtins
 thread_idx, block_idx, block_dim, grid_dim = _b.thread_idx, _b.block_idx, _b.block_dim, _b.grid_dim
 global_id, global_size, shared, local = _b.global_id, _b.global_size, _b.shared, _b.local
+static_range, unroll = _b.static_range, _b.unroll
 barrier, mem_fence = _b.barrier, _b.mem_fence
 atomic_add = _b.intrinsic_object("atomic_add")
 atomic_sub = _b.intrinsic_object("atomic_sub")

@@ -15,7 +15,15 @@ import numpy as np
 
 from ..ir.analysis import written_params
 from ..ir.nodes import Program
-from ..ir.types import SCALAR_BY_DTYPE, ArrayType, ScalarType, Type, fits, literal_type
+from ..ir.types import (
+    SCALAR_BY_DTYPE,
+    ArrayType,
+    ConstexprType,
+    ScalarType,
+    Type,
+    fits,
+    literal_type,
+)
 from ..lang.errors import LaunchError
 from ..runtime.array import DeviceArray, to_device
 from ..runtime.device import Device, Stream
@@ -32,7 +40,7 @@ class Specialization:
 
     program: Program
     routine: Any
-    written: frozenset[int]  # indices of array parameters the kernel may write
+    written: frozenset[str]  # names of array parameters the kernel may write
     device: Device
 
 
@@ -92,6 +100,11 @@ def check_argument(kernel_name: str, pname: str, position: int, expected: Type |
                           f"got {describe_value(value)}")
     if expected is None:
         return actual
+    if isinstance(expected, ConstexprType):
+        if isinstance(actual, ArrayType):
+            raise LaunchError(f"{where}: a constexpr is a number or bool, got "
+                              f"{describe_value(value)}")
+        return ConstexprType(_python_number(value))
     if isinstance(expected, ArrayType):
         if not isinstance(actual, ArrayType):
             raise LaunchError(f"{where}: expected an array {expected}, got {describe_value(value)}")
@@ -142,9 +155,7 @@ def specialize(kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> S
         routine = backend.link(code, device)  # type: ignore[attr-defined]
     else:
         routine = program
-    written = written_params(program)
-    indices = frozenset(i for i, p in enumerate(program.kernel.params) if p.name in written)
-    spec = Specialization(program, routine, indices, device)
+    spec = Specialization(program, routine, frozenset(written_params(program)), device)
     kernel.specializations[key] = spec
     return spec
 
@@ -174,7 +185,7 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
                               f"{a.device.name}, but the launch runs on {dev.name}")
     spec = specialize(kernel, arg_types, dev)
     stream = stream or dev.default_stream
-    device_args, copy_back = _to_device_args(args, arg_types, spec, stream)
+    device_args, copy_back = _to_device_args(kernel, args, arg_types, spec, stream)
     backend = dev.backend
     model = backend.execution_model
     if model is ExecutionModel.JIT:
@@ -188,15 +199,19 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
             dev_array.copy_to_host(host, stream)
 
 
-def _to_device_args(args: Sequence[Any], arg_types: tuple[Type, ...], spec: Specialization,
-                    stream: Stream) -> tuple[list[Any], list[tuple[np.ndarray, DeviceArray]]]:
-    """NumPy arrays go to the device (written ones come back); scalars take their type."""
+def _to_device_args(kernel: Kernel, args: Sequence[Any], arg_types: tuple[Type, ...],
+                    spec: Specialization, stream: Stream
+                    ) -> tuple[list[Any], list[tuple[np.ndarray, DeviceArray]]]:
+    """NumPy arrays go to the device (written ones come back); scalars take their type;
+    constexpr arguments are part of the compiled kernel and are not passed."""
     out: list[Any] = []
     copy_back: list[tuple[np.ndarray, DeviceArray]] = []
-    for i, (value, t) in enumerate(zip(args, arg_types)):
+    for (name, _), value, t in zip(kernel.signature, args, arg_types):
+        if isinstance(t, ConstexprType):
+            continue
         if isinstance(value, np.ndarray):
             dev_array = to_device(value, spec.device, stream)
-            if i in spec.written and dev_array._host is not value:
+            if name in spec.written and dev_array._host is not value:
                 copy_back.append((value, dev_array))
             out.append(dev_array)
         elif isinstance(t, ScalarType):

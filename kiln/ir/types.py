@@ -131,6 +131,27 @@ class ArrayType(Type):
         return int(np.prod(self.shape))
 
 
+@dataclass(frozen=True)
+class ConstexprType(Type):
+    """`kiln.constexpr`: a parameter whose value specialises the kernel at compile time.
+
+    The annotation is `kiln.constexpr`; a launch passes the value, which becomes a constant
+    of the compiled kernel (one specialisation per value) and is not passed at run time.
+    `kiln.constexpr(16)` names a specialisation when giving types by hand.
+    """
+
+    value: object = None
+
+    def __call__(self, value: object) -> ConstexprType:
+        return ConstexprType(value)
+
+    def __repr__(self) -> str:
+        return "constexpr" if self.value is None else f"constexpr({self.value!r})"
+
+
+constexpr = ConstexprType()
+
+
 def Array(elem: ScalarType, ndim: int) -> ArrayType:  # noqa: N802 - spelled like a type
     """`kiln.Array[f32, 2]` is `f32[:, :]`."""
     return ArrayType(elem, ndim)

@@ -35,6 +35,8 @@ class IndexObject(KernelOnly):
 thread_idx, block_idx, block_dim, grid_dim = (IndexObject(n) for n in INDEX_BASES)
 global_id = KernelOnly("global_id")
 global_size = KernelOnly("global_size")
+static_range = KernelOnly("static_range")
+unroll = KernelOnly("unroll")
 shared = KernelOnly("shared")
 local = KernelOnly("local")
 

@@ -21,6 +21,7 @@ from ..ir.enums import MemorySpace
 from ..ir.types import (
     SCALAR_BY_DTYPE,
     ArrayType,
+    ConstexprType,
     ScalarType,
     Type,
     bool_,
@@ -136,24 +137,32 @@ class FunctionBuilder:
         self.ctx = ctx
         self.is_kernel = is_kernel
         self.name = name or pyfunc.__name__
-        self.params = [ir.Param(a.arg, t) for a, t in zip(self.parsed.tree.args.args, arg_types)]
+        self.constants: dict[str, Any] = {}  # constexpr parameters and static loop variables
+        self.params: list[ir.Param] = []
+        for a, t in zip(self.parsed.tree.args.args, arg_types):
+            if isinstance(t, ConstexprType):
+                self.constants[a.arg] = t.value
+            else:
+                self.params.append(ir.Param(a.arg, t))
         self.param_names = {p.name: p.type for p in self.params}
         self.local_types: dict[str, Type] = {}
         self.fixed: set[str] = set()  # annotated locals: their type never widens
         self.return_type: Type | None = None if not is_kernel else void
+        returns = self.parsed.tree.returns
+        self.return_fixed = returns is not None and not is_kernel
+        if self.return_fixed:
+            self.return_type = annotation_type(self.resolver, returns, self.loc(returns))
         self.user_names = {n.id for n in ast.walk(self.parsed.tree) if isinstance(n, ast.Name)}
 
     # ------------------------------------------------------------ driver
 
     def build(self) -> ir.Function:
         tree = self.parsed.tree
-        if tree.decorator_list and len(tree.args.args) != len(self.params):
-            raise ArityError("argument count mismatch", self.loc(tree))
         for _ in range(64):
             self.defined: set[str] = set(self.param_names)
             self.loop_depth = 0
             self.temp_counter = 0
-            self.returns: list[Type] = []
+            self.has_tail_call = False
             try:
                 body = self.block(_strip_docstring(tree.body))
             except _Retry:
@@ -162,6 +171,9 @@ class FunctionBuilder:
         else:  # pragma: no cover - types only widen
             raise KernelError("type inference did not converge", self.loc(tree))
         return_type = self.return_type if self.return_type is not None else void
+        if self.has_tail_call:
+            body = [ir.While(ir.Const(bool_, True, loc=self.loc(tree)), body,
+                             loc=self.loc(tree))]
         if not self.is_kernel and return_type != void and not _always_returns(body):
             raise KernelTypeError(
                 f"{self.name} returns {return_type} on some paths but can reach its end "
@@ -277,6 +289,9 @@ class FunctionBuilder:
     def assign_name(self, name: str, value: ir.Expr, target: ast.AST,
                     compound: bool) -> ir.Stmt:
         loc = self.loc(target)
+        if name in self.constants:
+            raise KernelTypeError(f"'{name}' is a compile-time constant and cannot be "
+                                  "assigned", loc)
         if not isinstance(value.type, ScalarType):
             raise UnsupportedError(f"cannot assign {value.type} to a variable: arrays cannot "
                                    "be aliased", loc)
@@ -356,6 +371,8 @@ class FunctionBuilder:
         """The compile-time value of an expression, or None."""
         if isinstance(node, ast.Constant):
             return node.value
+        if isinstance(node, ast.Name) and node.id in self.constants:
+            return self.constants[node.id]
         if isinstance(node, (ast.Name, ast.Attribute)) and not self.is_local(node):
             value = self.resolver.try_resolve(node)
             return value if isinstance(value, (int, float, bool, np.number)) else None
@@ -432,6 +449,9 @@ class FunctionBuilder:
             raise UnsupportedError("the loop variable must be a single name",
                                    self.loc(node.target))
         it = node.iter
+        if isinstance(it, ast.Call) and self.resolver.try_resolve(it.func) in (kb.static_range,
+                                                                               kb.unroll):
+            return self.unrolled_for(node)
         if not (isinstance(it, ast.Call) and self.resolver.try_resolve(it.func) is range):
             raise UnsupportedError("kernels loop with `for i in range(...)` only",
                                    self.loc(it))
@@ -487,6 +507,51 @@ class FunctionBuilder:
         out.append(ir.For(var, start, bounds[0], bounds[1], body, loc=loc))
         return out
 
+    def unrolled_for(self, node: ast.For) -> list[ir.Stmt]:
+        """`for i in kiln.static_range(...)` / `kiln.unroll(range(...))`: one copy of the
+        body per iteration, with `i` a compile-time constant in each."""
+        call = node.iter
+        assert isinstance(call, ast.Call) and isinstance(node.target, ast.Name)
+        fn = self.resolver.resolve(call.func)
+        range_call = call
+        if fn is kb.unroll:
+            inner = call.args[0] if len(call.args) == 1 and not call.keywords else None
+            if not (isinstance(inner, ast.Call) and self.resolver.try_resolve(inner.func)
+                    is range):
+                raise UnsupportedError("write kiln.unroll(range(...))", self.loc(call))
+            range_call = inner
+        if not 1 <= len(range_call.args) <= 3 or range_call.keywords:
+            raise ArityError(f"range takes 1 to 3 arguments, got {len(range_call.args)}",
+                             self.loc(range_call))
+        bounds = []
+        for a in range_call.args:
+            value = self.constant(a)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise ConstantError("an unrolled loop needs constant integer bounds",
+                                    self.loc(a))
+            bounds.append(int(value))
+        for inner_node in (n for s in node.body for n in ast.walk(s)):
+            if isinstance(inner_node, (ast.Break, ast.Continue)) and not _inside_loop(
+                    node, inner_node):
+                raise UnsupportedError("break and continue are not allowed in an unrolled "
+                                       "loop", self.loc(inner_node))
+        var = node.target.id
+        if var in self.param_names or var in self.local_types:
+            raise KernelTypeError(f"the unrolled loop variable '{var}' must be a new name",
+                                  self.loc(node.target))
+        out: list[ir.Stmt] = []
+        saved = self.constants.get(var, _UNSET)
+        try:
+            for value in range(*bounds):
+                self.constants[var] = value
+                out.extend(self.block(node.body))
+        finally:
+            if saved is _UNSET:
+                self.constants.pop(var, None)
+            else:
+                self.constants[var] = saved
+        return out
+
     def stmt_Break(self, node: ast.Break) -> list[ir.Stmt]:
         if not self.loop_depth:
             raise KernelError("`break` outside a loop", self.loc(node))
@@ -508,9 +573,14 @@ class FunctionBuilder:
         if self.is_kernel:
             raise KernelTypeError("kernels cannot return a value; write results to an array",
                                   self.loc(node.value))
+        if self.is_self_call(node.value):
+            return self.tail_call(node.value)
         value = self.expr(node.value)
         if not isinstance(value.type, ScalarType):
             raise UnsupportedError("device functions return scalars", self.loc(node.value))
+        if self.return_fixed:
+            return [ir.Return(self.convert(value, self.return_type, loc,  # type: ignore
+                                           what=f"the return value of {self.name}"), loc=loc)]
         if self.return_type is None:
             self.return_type = value.type
         elif self.return_type == void:
@@ -521,6 +591,44 @@ class FunctionBuilder:
                 self.return_type = new
                 raise _Retry
         return [ir.Return(self.cast(value, self.return_type), loc=loc)]  # type: ignore
+
+    def is_self_call(self, node: ast.expr) -> bool:
+        if not isinstance(node, ast.Call) or self.is_local(node.func):
+            return False
+        return getattr(self.resolver.try_resolve(node.func), "pyfunc", None) is self.pyfunc
+
+    def tail_call(self, call: ast.Call) -> list[ir.Stmt]:
+        """`return f(args)` inside `f`: rebind the parameters and jump back to the top
+        (the body is wrapped in a loop by `build`)."""
+        loc = self.loc(call)
+        if self.loop_depth:
+            raise UnsupportedError("a recursive call inside a loop is not supported; only "
+                                   "tail calls outside loops become loops", loc)
+        if call.keywords or len(call.args) != len(self.parsed.tree.args.args):
+            raise ArityError(f"{self.name} takes {len(self.parsed.tree.args.args)} "
+                             "positional argument(s)", loc)
+        out: list[ir.Stmt] = []
+        rebinds: list[ir.Stmt] = []
+        for a_node, a in zip(call.args, self.parsed.tree.args.args):
+            if a.arg in self.constants:
+                if self.constant(a_node) != self.constants[a.arg]:
+                    raise UnsupportedError("a tail call must pass the same constexpr values",
+                                           self.loc(a_node))
+                continue
+            ptype = self.param_names[a.arg]
+            value = self.expr(a_node)
+            if isinstance(ptype, ArrayType):
+                if not (isinstance(value, ir.Var) and value.name == a.arg):
+                    raise UnsupportedError("a tail call must pass array parameters unchanged",
+                                           self.loc(a_node))
+                continue
+            value = self.convert(value, ptype, self.loc(a_node),  # type: ignore[arg-type]
+                                 what=f"parameter '{a.arg}' of {self.name}")
+            tmp = self.temp(ptype)
+            out.append(ir.Assign(tmp, value, loc=loc))
+            rebinds.append(ir.Assign(a.arg, ir.Var(ptype, tmp, loc=loc), loc=loc))
+        self.has_tail_call = True
+        return out + rebinds + [ir.Continue(loc=loc)]
 
     # ------------------------------------------------------------ expressions
 
@@ -563,6 +671,8 @@ class FunctionBuilder:
         return self.literal(node.value, node)
 
     def expr_Name(self, node: ast.Name) -> ir.Expr:
+        if node.id in self.constants:
+            return self.literal(self.constants[node.id], node)
         if node.id in self.param_names or node.id in self.local_types:
             return self.read_name(node)
         value = self.resolver.lookup(node.id, self.loc(node))
@@ -942,6 +1052,13 @@ class FunctionBuilder:
             if isinstance(ptype, ArrayType):
                 raise KernelTypeError(f"argument '{pname}' of {fn.name} expects {ptype}, "
                                       f"got {a.type}", self.loc(a_node))
+            if isinstance(ptype, ConstexprType):
+                value = self.literal_value(a)
+                if value is None:
+                    raise ConstantError(f"argument '{pname}' of {fn.name} is a constexpr and "
+                                        "needs a compile-time constant", self.loc(a_node))
+                types.append(ConstexprType(value))
+                continue
             t = ptype or a.type
             converted.append(self.convert(a, t, self.loc(a_node),  # type: ignore[arg-type]
                                           what=f"parameter '{pname}' of {fn.name}"))
@@ -957,7 +1074,8 @@ class FunctionBuilder:
         if found is not None:
             return found
         if key in self.ctx.building:
-            raise UnsupportedError(f"{fn.name} calls itself; recursion is not supported yet",
+            raise UnsupportedError(f"{fn.name} calls itself other than as `return "
+                                   f"{fn.name}(...)`; only tail recursion is supported",
                                    loc)
         self.ctx.building.add(key)
         try:
@@ -1012,6 +1130,19 @@ class FunctionBuilder:
             if v is not None:
                 t = operand_type(t, e.type, None, v)  # type: ignore[arg-type]
         return t  # type: ignore[return-value]
+
+
+_UNSET = object()
+
+
+def _inside_loop(outer: ast.For, target: ast.AST) -> bool:
+    """Whether `target` sits in a loop nested inside `outer` (so it does not leave `outer`)."""
+    for stmt in outer.body:
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.For, ast.While)) and any(
+                    n is target for n in ast.walk(node)):
+                return True
+    return False
 
 
 def _is_array_constructor(builder: FunctionBuilder, node: ast.expr) -> bool:

@@ -11,7 +11,16 @@ from typing import Any
 import numpy as np
 
 from ..ir.nodes import Loc
-from ..ir.types import SCALAR_BY_DTYPE, ArrayType, ScalarType, Type, bool_, f32, i32
+from ..ir.types import (
+    SCALAR_BY_DTYPE,
+    ArrayType,
+    ConstexprType,
+    ScalarType,
+    Type,
+    bool_,
+    f32,
+    i32,
+)
 from .errors import KernelTypeError, UnknownNameError
 
 _MISSING = object()
@@ -62,7 +71,7 @@ def _loc(node: ast.AST) -> Loc:
 
 def type_from_object(obj: Any) -> Type | None:
     """A kiln type from an annotation object (`f32`, `f32[:]`, `int`, `np.float32`...)."""
-    if isinstance(obj, (ScalarType, ArrayType)):
+    if isinstance(obj, (ScalarType, ArrayType, ConstexprType)):
         return obj
     if obj is int:
         return i32
