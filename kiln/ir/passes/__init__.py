@@ -1,16 +1,54 @@
-"""IR passes: checks (raise KernelError) and transforms (Program -> Program)."""
+"""IR passes: checks (raise KernelError) and transforms (Program -> Program).
+
+`check_program` runs once per signature for every backend. A backend's `pipeline(device)`
+returns the transforms it wants, usually `pipeline_for(device, inline=...)`. Transforms
+never mutate their input (the checked program is cached and shared between backends): each
+returns a new Program.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..nodes import Program
+from .convergence import check_convergence
+from .dead_code import remove_dead_code
+from .features import device_feature_check
+from .fold import fold_constants
+from .inline import inline_functions
+from .validate import InternalError, validate
+
+if TYPE_CHECKING:
+    from ...runtime.device import Device
+
+Pass = Callable[[Program], Program]
+
+__all__ = [
+    "InternalError", "Pass", "check_program", "default_pipeline", "device_feature_check",
+    "fold_constants", "inline_functions", "pipeline_for", "remove_dead_code",
+]
 
 
 def check_program(program: Program) -> Program:
-    """The checks every kernel gets whatever the backend (run once per signature)."""
+    """The checks every kernel gets whatever the backend: the structural type check, then
+    the convergence check. Returns the program unchanged."""
+    validate(program)
+    check_convergence(program)
     return program
 
 
-def default_pipeline() -> list[Callable[[Program], Program]]:
-    return []
+def default_pipeline() -> list[Pass]:
+    return [fold_constants, remove_dead_code]
+
+
+def pipeline_for(device: Device | None, *, inline: bool = False) -> list[Pass]:
+    """The default pipeline, after the device's feature check (when a device is known) and
+    before inlining of every device function (for backends that cannot call functions)."""
+    passes: list[Pass] = []
+    if device is not None:
+        passes.append(device_feature_check(device.capabilities))
+    passes += default_pipeline()
+    if inline:
+        passes.append(inline_functions)
+    return passes

@@ -1,0 +1,71 @@
+"""Helpers shared by the passes: copying programs, purity, loop-aware traversal."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, TypeVar
+
+from ...framework.intrinsics import intrinsics
+from .. import nodes as ir
+from ..visit import children, walk
+
+N = TypeVar("N")
+
+
+def clone(node: N) -> N:
+    """A deep copy of an IR tree (nodes and lists); types and locations are shared."""
+    if isinstance(node, list):
+        return [clone(item) for item in node]  # type: ignore[return-value]
+    if not isinstance(node, (ir.Expr, ir.Stmt)):
+        return node
+    new = copy.copy(node)
+    for f in dataclasses.fields(node):
+        setattr(new, f.name, clone(getattr(node, f.name)))
+    return new
+
+
+def clone_function(func: ir.Function) -> ir.Function:
+    return dataclasses.replace(func, params=list(func.params), body=clone(func.body),
+                               locals=dict(func.locals))
+
+
+def clone_program(program: ir.Program) -> ir.Program:
+    """A copy that a transform may mutate without touching the (cached) original."""
+    return ir.Program(clone_function(program.kernel),
+                      [clone_function(f) for f in program.functions])
+
+
+def child_exprs(node: ir.Expr | ir.Stmt) -> list[ir.Expr]:
+    return [c for c in children(node) if isinstance(c, ir.Expr)]
+
+
+def child_blocks(node: ir.Stmt) -> list[list[ir.Stmt]]:
+    """The statement lists (bodies, branches) directly inside a statement."""
+    values = (getattr(node, f.name) for f in dataclasses.fields(node))
+    return [v for v in values if isinstance(v, list) and v and isinstance(v[0], ir.Stmt)]
+
+
+def all_functions(program: ir.Program) -> list[ir.Function]:
+    """Device functions (callees first), then the kernel."""
+    return [*program.functions, program.kernel]
+
+
+def has_side_effects(node: Any) -> bool:
+    """Whether evaluating an expression (or tree) may write memory or synchronise.
+
+    Device function calls and intrinsics unknown to the registry count as side effects.
+    """
+    for n in walk(node):
+        if isinstance(n, ir.Call):
+            return True
+        if isinstance(n, ir.IntrinsicCall) and (
+            n.name not in intrinsics or intrinsics[n.name].side_effects
+        ):
+            return True
+    return False
+
+
+def line_of(loc: ir.Loc | None) -> str:
+    """` at line N` when a location is known."""
+    return f" at line {loc.line}" if loc else ""

@@ -1,0 +1,261 @@
+"""The convergence check: every convergent intrinsic (`barrier()`) must be reached by the
+whole block.
+
+Each expression and local gets a variance in the lattice UNIFORM < BLOCK < THREAD
+(`kiln.framework.intrinsics.Variance`):
+- constants, parameters of the kernel and array dimensions are UNIFORM;
+- intrinsics take their registry variance (None: the join of their arguments);
+- a load from a global or shared array is at least BLOCK (a shared array differs per block),
+  joined with its indices; a load from a private array is THREAD;
+- a device function call is the join of its arguments and of what its body adds (its
+  result's variance with uniform parameters);
+- a local is the join of every value assigned to it and of the control under which it is
+  assigned (iterated to a fixpoint).
+
+Control flow takes the variance of its condition; a `break`, `continue` or `return` taken
+under some control makes the rest of its block (and, for `break` and `return`, the whole
+loop) run under that control. A convergent intrinsic or a call of a function that reaches
+one under THREAD-varying control is a `ConvergenceError`. Device functions are checked with
+the join of the variances their call sites pass to each parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...framework.intrinsics import Variance, intrinsics
+from ...lang.errors import ConvergenceError
+from .. import nodes as ir
+from ..enums import MemorySpace
+from ..types import ArrayType
+from .common import child_blocks, child_exprs, line_of
+
+UNIFORM, BLOCK, THREAD = Variance.UNIFORM, Variance.BLOCK, Variance.THREAD
+
+
+@dataclass(frozen=True)
+class Control:
+    """The variance of the control flow reaching a point, and what made it so."""
+
+    variance: Variance = UNIFORM
+    why: str = ""
+
+    def join(self, variance: Variance, why: str) -> Control:
+        return Control(variance, why) if variance > self.variance else self
+
+    def join_control(self, other: Control) -> Control:
+        return self.join(other.variance, other.why)
+
+
+@dataclass(frozen=True)
+class Exits:
+    """The control under which a statement may leave its block early, by kind."""
+
+    breaks: Control = Control()
+    continues: Control = Control()
+    returns: Control = Control()
+
+    def join(self, other: Exits) -> Exits:
+        return Exits(self.breaks.join_control(other.breaks),
+                     self.continues.join_control(other.continues),
+                     self.returns.join_control(other.returns))
+
+    def leaving(self) -> Control:
+        """Control of the threads that go on after this statement."""
+        return self.breaks.join_control(self.continues).join_control(self.returns)
+
+
+@dataclass(frozen=True)
+class Site:
+    """A convergent operation (barrier or call reaching one) and the control around it."""
+
+    node: ir.Expr
+    stmt_loc: ir.Loc | None
+    what: str
+    control: Control
+
+
+@dataclass
+class Summaries:
+    """Per device function: the variance its body adds to its result, and convergence."""
+
+    result: dict[str, Variance] = field(default_factory=dict)
+    convergent: set[str] = field(default_factory=set)
+
+
+class FunctionVariance:
+    """Variances of one function's locals and the convergent sites in it."""
+
+    def __init__(self, func: ir.Function, params: list[Variance], summaries: Summaries) -> None:
+        self.func = func
+        self.summaries = summaries
+        self.var: dict[str, Variance] = {p.name: v for p, v in zip(func.params, params)}
+        self.result = UNIFORM
+        self.calls: list[tuple[str, list[Variance]]] = []
+        self.sites: list[Site] = []
+        self.stmt_loc: ir.Loc | None = func.loc
+        self.changed = True
+        while self.changed:
+            self.changed = False
+            self.result, self.calls, self.sites = UNIFORM, [], []
+            self.block(func.body, Control())
+
+    def assign(self, name: str, variance: Variance) -> None:
+        if variance > self.var.get(name, UNIFORM):
+            self.var[name] = variance
+            self.changed = True
+
+    # ------------------------------------------------------------ statements
+
+    def block(self, body: list[ir.Stmt], control: Control) -> Exits:
+        exits = Exits()
+        for stmt in body:
+            stmt_exits = self.stmt(stmt, control)
+            exits = exits.join(stmt_exits)
+            control = control.join_control(stmt_exits.leaving())
+        return exits
+
+    def stmt(self, s: ir.Stmt, control: Control) -> Exits:
+        outer = self.stmt_loc
+        self.stmt_loc = s.loc or outer
+        try:
+            return self.visit_stmt(s, control)
+        finally:
+            self.stmt_loc = outer
+
+    def visit_stmt(self, s: ir.Stmt, control: Control) -> Exits:
+        line = line_of(s.loc)
+        match s:
+            case ir.Assign(target=target, value=value):
+                self.assign(target, max(self.expr(value, control), control.variance))
+            case ir.If(cond=cond, then=then, orelse=orelse):
+                inner = control.join(self.expr(cond, control), f"the `if`{line}")
+                return self.block(then, inner).join(self.block(orelse, inner))
+            case ir.While(cond=cond, body=body):
+                return self.loop(body, control, self.expr(cond, control),
+                                 f"the `while` loop{line}", lambda c: self.expr(cond, c))
+            case ir.For(var=var, start=start, stop=stop, step=step, body=body):
+                bounds = max(self.expr(e, control) for e in (start, stop, step))
+                return self.loop(body, control, bounds, f"the `for` loop{line}",
+                                 lambda c: self.assign(var, c.variance))
+            case ir.Break():
+                return Exits(breaks=Control(control.variance, f"the `break`{line}"))
+            case ir.Continue():
+                return Exits(continues=Control(control.variance, f"the `continue`{line}"))
+            case ir.Return(value=value):
+                if value is not None:
+                    self.result = max(self.result, self.expr(value, control), control.variance)
+                return Exits(returns=Control(control.variance, f"the early `return`{line}"))
+            case _:
+                # ExprStmt, Store, and statement kinds added later: control flow, if any,
+                # depends on every expression of the statement.
+                variance = max((self.expr(e, control) for e in child_exprs(s)), default=UNIFORM)
+                inner = control.join(variance, f"the `{type(s).__name__}`{line}")
+                exits = Exits()
+                for body in child_blocks(s):
+                    exits = exits.join(self.block(body, inner))
+                return exits
+        return Exits()
+
+    def loop(self, body: list[ir.Stmt], control: Control, variance: Variance, why: str,
+             each_iteration: Callable[[Control], object]) -> Exits:
+        """A loop's body runs under its header's variance, widened by breaks and returns."""
+        inner = control.join(variance, why)
+        while True:
+            each_iteration(inner)
+            exits = self.block(body, inner)
+            widened = inner.join_control(exits.breaks).join_control(exits.returns)
+            if widened.variance == inner.variance:
+                return Exits(returns=exits.returns)
+            inner = widened
+
+    # ------------------------------------------------------------ expressions
+
+    def expr(self, e: ir.Expr, control: Control) -> Variance:
+        line = line_of(e.loc or self.stmt_loc)
+        match e:
+            case ir.Const() | ir.ArrayDim():
+                return UNIFORM
+            case ir.Var(name=name):
+                return self.var.get(name, UNIFORM)
+            case ir.Load(array=array, indices=indices):
+                index = max((self.expr(i, control) for i in indices), default=UNIFORM)
+                space = array.type.space if isinstance(array.type, ArrayType) else None
+                return THREAD if space is MemorySpace.LOCAL else max(BLOCK, index)
+            case ir.BoolOp(op=op, values=[first, *rest]):
+                variance = self.expr(first, control)
+                for value in rest:
+                    inner = control.join(variance, f"the `{op}`{line}")
+                    variance = max(variance, self.expr(value, inner))
+                return variance
+            case ir.Select(cond=cond, if_true=if_true, if_false=if_false):
+                variance = self.expr(cond, control)
+                inner = control.join(variance, f"the conditional expression{line}")
+                return max(variance, self.expr(if_true, inner), self.expr(if_false, inner))
+            case ir.IntrinsicCall(name=name, args=args):
+                joined = max((self.expr(a, control) for a in args), default=UNIFORM)
+                if name not in intrinsics:
+                    return THREAD
+                spec = intrinsics[name]
+                if spec.convergent:
+                    self.sites.append(Site(e, self.stmt_loc, f"{name}()", control))
+                return joined if spec.variance is None else spec.variance
+            case ir.Call(func=func, args=args):
+                variances = [self.expr(a, control) for a in args]
+                self.calls.append((func, variances))
+                if func in self.summaries.convergent:
+                    what = f"the call of `{func}` (which reaches barrier())"
+                    self.sites.append(Site(e, self.stmt_loc, what, control))
+                return max([self.summaries.result.get(func, UNIFORM), *variances])
+        return max((self.expr(c, control) for c in child_exprs(e)), default=UNIFORM)
+
+
+def summarize(program: ir.Program) -> Summaries:
+    """Result variances (with uniform parameters) and convergence of the device functions."""
+    summaries = Summaries()
+    changed = True
+    while changed:  # recursion needs a fixpoint; callees-first order makes it one pass
+        changed = False
+        for func in program.functions:
+            analysis = FunctionVariance(func, [UNIFORM] * len(func.params), summaries)
+            convergent = bool(analysis.sites)
+            if (analysis.result != summaries.result.get(func.name)
+                    or convergent != (func.name in summaries.convergent)):
+                changed = True
+                summaries.result[func.name] = analysis.result
+                if convergent:
+                    summaries.convergent.add(func.name)
+    return summaries
+
+
+def analyze(program: ir.Program) -> list[FunctionVariance]:
+    """Analyses of the kernel and every device function (callers first), each with the
+    join over all call sites of the variance passed to each parameter."""
+    summaries = summarize(program)
+    order = [program.kernel, *reversed(program.functions)]
+    params = {f.name: [UNIFORM] * len(f.params) for f in order}
+    while True:
+        changed = False
+        analyses = []
+        for func in order:
+            analysis = FunctionVariance(func, params[func.name], summaries)
+            analyses.append(analysis)
+            for callee, variances in analysis.calls:
+                joined = [max(a, b) for a, b in zip(params[callee], variances)]
+                if joined != params[callee]:
+                    params[callee] = joined
+                    changed = True
+        if not changed:
+            return analyses
+
+
+def check_convergence(program: ir.Program) -> None:
+    """Raise ConvergenceError at the first convergent operation some threads may skip."""
+    for analysis in analyze(program):
+        for site in analysis.sites:
+            if site.control.variance is THREAD:
+                raise ConvergenceError(
+                    f"{site.what} is inside control flow that depends on the thread index "
+                    f"({site.control.why}): every thread of a block must reach it",
+                    site.node.loc or site.stmt_loc)

@@ -1,0 +1,78 @@
+"""The device feature check: f64, f16, atomics and shared memory the device must support."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn
+
+from ...framework.intrinsics import intrinsics
+from ...lang.errors import DeviceFeatureError
+from .. import nodes as ir
+from ..enums import MemorySpace
+from ..types import ArrayType, ScalarType, Type, f16, f64
+from ..visit import walk
+from .common import all_functions
+
+if TYPE_CHECKING:
+    from ...framework.backend import Capabilities
+
+
+def device_feature_check(capabilities: Capabilities) -> Callable[[ir.Program], ir.Program]:
+    """A pass that raises DeviceFeatureError at the first use of something the device lacks,
+    and otherwise returns the program unchanged."""
+
+    def check_device_features(program: ir.Program) -> ir.Program:
+        _FeatureCheck(capabilities).run(program)
+        return program
+
+    return check_device_features
+
+
+def _element(t: Type) -> ScalarType | None:
+    if isinstance(t, ArrayType):
+        return t.elem
+    return t if isinstance(t, ScalarType) else None
+
+
+class _FeatureCheck:
+    def __init__(self, capabilities: Capabilities) -> None:
+        self.caps = capabilities
+        self.device = f"device '{capabilities.name}' ({capabilities.backend})"
+
+    def fail(self, feature: str, loc: ir.Loc | None) -> NoReturn:
+        raise DeviceFeatureError(f"{feature} is not supported by {self.device}", loc)
+
+    def run(self, program: ir.Program) -> None:
+        for func in all_functions(program):
+            for node in walk(func.body):
+                loc = node.loc or func.loc
+                if isinstance(node, ir.Expr):
+                    self.scalar(node.type, loc)
+                if isinstance(node, ir.IntrinsicCall) and node.name in intrinsics:
+                    self.atomic(node, loc)
+            for t in [*(p.type for p in func.params), *func.locals.values()]:
+                self.scalar(t, func.loc)
+        self.shared_memory(program.kernel)
+
+    def scalar(self, t: Type, loc: ir.Loc | None) -> None:
+        elem = _element(t)
+        if elem == f64 and not self.caps.fp64:
+            self.fail("f64 (double precision)", loc)
+        if elem == f16 and not self.caps.fp16:
+            self.fail("f16 (half precision)", loc)
+
+    def atomic(self, node: ir.IntrinsicCall, loc: ir.Loc | None) -> None:
+        if intrinsics[node.name].category != "atomic":
+            return
+        elem = _element(node.args[0].type)
+        if elem is not None and elem.name not in self.caps.atomics:
+            self.fail(f"{node.name} on {elem} elements", loc)
+
+    def shared_memory(self, kernel: ir.Function) -> None:
+        total = sum(t.size * t.elem.itemsize for t in kernel.locals.values()
+                    if isinstance(t, ArrayType) and t.space is MemorySpace.SHARED)
+        limit = self.caps.shared_memory_per_block
+        if total > limit:
+            raise DeviceFeatureError(
+                f"the kernel's shared arrays need {total} bytes per block but {self.device} "
+                f"has {limit}", kernel.loc)

@@ -1,0 +1,298 @@
+"""Inlining of every device function call, for backends that cannot call functions.
+
+A call is replaced by the callee's body:
+- scalar arguments are bound to fresh locals (in argument order), array parameters are
+  replaced by the caller's array variables, and the callee's locals get fresh names;
+- calls nested in expressions are hoisted into statements before their statement, keeping
+  Python's evaluation order (operands evaluated before a call that may read memory are
+  bound to temporaries first), short-circuits of `and`/`or`, conditional expressions, and
+  `while` conditions (which become `while True: ...; if not cond: break`);
+- returns are lowered to assignments of the result: by nesting the rest of a block into the
+  `else` of an `if` that always returns when that suffices, otherwise by running the body in
+  a `while True: ...; break` that a return leaves with `break` (a flag carries the return
+  out of loops of the callee).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...lang.errors import UnsupportedError
+from .. import nodes as ir
+from ..types import ArrayType, Type, bool_
+from ..visit import Transformer, walk
+from .common import child_blocks, child_exprs, clone, clone_program, has_side_effects
+
+
+def inline_functions(program: ir.Program) -> ir.Program:
+    """A new program in which the kernel calls no device function (the input is not changed).
+
+    Recursive functions cannot be inlined: UnsupportedError at the recursive call.
+    """
+    program = clone_program(program)
+    inlined: dict[str, ir.Function] = {}
+    for func in program.functions:
+        _Inliner(func, inlined).run()
+        inlined[func.name] = func
+    _Inliner(program.kernel, inlined).run()
+    return ir.Program(program.kernel, [])
+
+
+def _has_call(node: ir.Expr | ir.Stmt | list[ir.Stmt]) -> bool:
+    return any(isinstance(n, ir.Call) for n in walk(node))
+
+
+def _stable(e: ir.Expr) -> bool:
+    """Whether `e` has the same value before and after a call (it reads no memory)."""
+    return not any(isinstance(n, ir.Load) for n in walk(e)) and not has_side_effects(e)
+
+
+def _has_return(node: ir.Stmt | list[ir.Stmt]) -> bool:
+    return any(isinstance(n, ir.Return) for n in walk(node))
+
+
+def _map_exprs(node: ir.Expr | ir.Stmt, fn: Callable[[ir.Expr], ir.Expr]) -> None:
+    """Replace each direct sub-expression `e` of `node` by `fn(e)`, in field order."""
+    for name in node.__dataclass_fields__:
+        value = getattr(node, name)
+        if isinstance(value, ir.Expr):
+            setattr(node, name, fn(value))
+        elif isinstance(value, list) and value and isinstance(value[0], ir.Expr):
+            setattr(node, name, [fn(v) for v in value])
+
+
+class _Inliner:
+    def __init__(self, func: ir.Function, inlined: dict[str, ir.Function]) -> None:
+        self.func = func
+        self.inlined = inlined
+        self.used = {p.name for p in func.params} | set(func.locals)
+
+    def run(self) -> None:
+        self.func.body = self.block(self.func.body)
+
+    def fresh(self, base: str, t: Type) -> str:
+        name, n = base, 0
+        while name in self.used:
+            n += 1
+            name = f"{base}_{n}"
+        self.used.add(name)
+        self.func.locals[name] = t
+        return name
+
+    def temp(self, e: ir.Expr, pre: list[ir.Stmt], base: str = "tmp") -> ir.Var:
+        """Bind `e` to a fresh local (appending the assignment to `pre`)."""
+        name = self.fresh(base, e.type)
+        pre.append(ir.Assign(name, e, loc=e.loc))
+        return ir.Var(e.type, name, loc=e.loc)
+
+    # ------------------------------------------------------------ statements
+
+    def block(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
+        return [out for s in body for out in self.stmt(s)]
+
+    def stmt(self, s: ir.Stmt) -> list[ir.Stmt]:
+        if not _has_call(s):
+            return [s]
+        pre: list[ir.Stmt] = []
+        match s:
+            case ir.Assign(target=target, value=ir.Call() as call):
+                args = self.operands(call.args, pre)
+                return [*pre, *self.expand(call, args, target)]
+            case ir.ExprStmt(expr=ir.Call() as call):
+                args = self.operands(call.args, pre)
+                return [*pre, *self.expand(call, args, None)]
+            case ir.Store():
+                s.value, *s.indices = self.operands([s.value, *s.indices], pre)
+            case ir.While(cond=cond) if _has_call(cond):
+                test = self.lower(cond, pre)
+                leave = ir.If(ir.UnaryOp(bool_, "not", test, loc=cond.loc), [ir.Break(loc=s.loc)])
+                s.cond = ir.Const(bool_, True, loc=cond.loc)
+                s.body = [*pre, leave, *self.block(s.body)]
+                return [s]
+            case _:
+                # conditions, loop bounds, returned values: evaluated once, before the body
+                operands = iter(self.operands(child_exprs(s), pre))
+                _map_exprs(s, lambda _: next(operands))
+                for body in child_blocks(s):
+                    body[:] = self.block(body)
+        return [*pre, s]
+
+    # ------------------------------------------------------------ expressions
+
+    def operands(self, exprs: list[ir.Expr], pre: list[ir.Stmt]) -> list[ir.Expr]:
+        """Lower operands evaluated left to right; those before the last one with a call
+        are bound to temporaries unless a call cannot change them."""
+        last = max((i for i, e in enumerate(exprs) if _has_call(e)), default=-1)
+        out = []
+        for i, e in enumerate(exprs):
+            if i <= last:
+                e = self.lower(e, pre)
+                if i < last and not _stable(e):
+                    e = self.temp(e, pre)
+            out.append(e)
+        return out
+
+    def lower(self, e: ir.Expr, pre: list[ir.Stmt]) -> ir.Expr:
+        """`e` without calls; what the calls need is appended to `pre`."""
+        if not _has_call(e):
+            return e
+        match e:
+            case ir.Call():
+                args = self.operands(e.args, pre)
+                result = self.fresh(f"{e.func}_result", e.type)
+                pre += self.expand(e, args, result)
+                return ir.Var(e.type, result, loc=e.loc)
+            case ir.BoolOp(op=op, values=[first, *rest]) if _has_call(rest):
+                acc = self.temp(self.lower(first, pre), pre, "cond")
+                for value in rest:
+                    branch: list[ir.Stmt] = []
+                    branch.append(ir.Assign(acc.name, self.lower(value, branch), loc=value.loc))
+                    go_on = acc if op == "and" else ir.UnaryOp(bool_, "not", acc)
+                    pre.append(ir.If(go_on, branch, loc=value.loc))
+                return acc
+            case ir.Select(cond=cond, if_true=if_true, if_false=if_false) if (
+                    _has_call(if_true) or _has_call(if_false)):
+                test = self.lower(cond, pre)
+                result = self.fresh("select", e.type)
+                branches: list[list[ir.Stmt]] = [[], []]
+                for branch, value in zip(branches, (if_true, if_false)):
+                    branch.append(ir.Assign(result, self.lower(value, branch), loc=value.loc))
+                pre.append(ir.If(test, *branches, loc=e.loc))
+                return ir.Var(e.type, result, loc=e.loc)
+        operands = iter(self.operands(child_exprs(e), pre))
+        _map_exprs(e, lambda _: next(operands))
+        return e
+
+    # ------------------------------------------------------------ the callee's body
+
+    def expand(self, call: ir.Call, args: list[ir.Expr], target: str | None) -> list[ir.Stmt]:
+        """Statements that run the callee with `args` and assign its result to `target`."""
+        callee = self.inlined.get(call.func)
+        if callee is None:
+            raise UnsupportedError(
+                f"`{call.func}` is recursive, and this backend inlines every device function",
+                call.loc)
+        renames: dict[str, ir.Var] = {}
+        stmts: list[ir.Stmt] = []
+        for param, arg in zip(callee.params, args):
+            if isinstance(param.type, ArrayType):
+                assert isinstance(arg, ir.Var)
+                renames[param.name] = arg
+            else:
+                renames[param.name] = self.temp(arg, stmts, f"{callee.name}_{param.name}")
+        for name, t in callee.locals.items():
+            renames[name] = ir.Var(t, self.fresh(f"{callee.name}_{name}", t))
+        body = _Rename(renames).transform_body(clone(callee.body))
+        return stmts + _Returns(self, target, call.loc).lower(body)
+
+
+class _Rename(Transformer):
+    def __init__(self, renames: dict[str, ir.Var]) -> None:
+        self.renames = renames
+
+    def visit_Var(self, e: ir.Var) -> ir.Var:  # noqa: N802 - Transformer's hook names
+        new = self.renames.get(e.name)
+        return e if new is None else ir.Var(new.type, new.name, loc=e.loc)
+
+    def visit_Assign(self, s: ir.Assign) -> ir.Assign:  # noqa: N802
+        s.target = self.renames[s.target].name
+        return s
+
+    def visit_For(self, s: ir.For) -> ir.For:  # noqa: N802
+        s.var = self.renames[s.var].name
+        return s
+
+
+class _Returns:
+    """Lowers the returns of an inlined body to assignments of `target`."""
+
+    def __init__(self, inliner: _Inliner, target: str | None, loc: ir.Loc | None) -> None:
+        self.inliner = inliner
+        self.target = target
+        self.loc = loc
+        self.flag: ir.Var | None = None
+
+    def lower(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
+        body = _nest(body)
+        if _returns_only_at_tail(body):
+            return self.exits(body, depth=None)
+        loop_body = [*self.exits(body, depth=0), ir.Break(loc=self.loc)]
+        once = ir.While(ir.Const(bool_, True, loc=self.loc), loop_body, loc=self.loc)
+        if self.flag is None:
+            return [once]
+        return [ir.Assign(self.flag.name, ir.Const(bool_, False), loc=self.loc), once]
+
+    def exits(self, body: list[ir.Stmt], depth: int | None) -> list[ir.Stmt]:
+        """Rewrite returns: at the tail (`depth` None) they fall through; otherwise they
+        `break` out of the enclosing `while True` (through `depth` callee loops)."""
+        out: list[ir.Stmt] = []
+        for s in body:
+            if isinstance(s, ir.Return):
+                out += self.result(s)
+                if depth is not None:
+                    out += self.leave(depth, s.loc)
+                continue
+            is_loop = depth is not None and isinstance(s, (ir.While, ir.For))
+            returns_in_loop = is_loop and _has_return(s)
+            for block in child_blocks(s):
+                block[:] = self.exits(block, depth + 1 if is_loop else depth)
+            out.append(s)
+            if returns_in_loop:
+                assert self.flag is not None
+                out.append(ir.If(self.flag, [ir.Break(loc=s.loc)], loc=s.loc))
+        return out
+
+    def result(self, s: ir.Return) -> list[ir.Stmt]:
+        if s.value is None:
+            return []
+        if self.target is not None:
+            return [ir.Assign(self.target, s.value, loc=s.loc)]
+        return [ir.ExprStmt(s.value, loc=s.loc)] if has_side_effects(s.value) else []
+
+    def leave(self, depth: int, loc: ir.Loc | None) -> list[ir.Stmt]:
+        if depth == 0:
+            return [ir.Break(loc=loc)]
+        if self.flag is None:
+            self.flag = ir.Var(bool_, self.inliner.fresh("returned", bool_))
+        return [ir.Assign(self.flag.name, ir.Const(bool_, True), loc=loc), ir.Break(loc=loc)]
+
+
+def _always_returns(body: list[ir.Stmt]) -> bool:
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, ir.If):
+        return _always_returns(last.then) and _always_returns(last.orelse)
+    return isinstance(last, ir.Return)
+
+
+def _nest(body: list[ir.Stmt]) -> list[ir.Stmt]:
+    """Move what follows an `if` whose one branch always returns into its other branch
+    (outside loops), so that more returns end up at the tail."""
+    out: list[ir.Stmt] = []
+    for i, s in enumerate(body):
+        out.append(s)
+        if isinstance(s, ir.Return):
+            break
+        if not isinstance(s, ir.If):
+            continue
+        s.then, s.orelse = _nest(s.then), _nest(s.orelse)
+        rest = body[i + 1:]
+        if rest and _always_returns(s.then):
+            s.orelse = _nest(s.orelse + rest)
+            break
+        if rest and _always_returns(s.orelse):
+            s.then = _nest(s.then + rest)
+            break
+    return out
+
+
+def _returns_only_at_tail(body: list[ir.Stmt]) -> bool:
+    if any(_has_return(s) for s in body[:-1]):
+        return False
+    if not body or isinstance(body[-1], ir.Return):
+        return True
+    last = body[-1]
+    if isinstance(last, ir.If):
+        return _returns_only_at_tail(last.then) and _returns_only_at_tail(last.orelse)
+    return not _has_return(last)

@@ -1,0 +1,255 @@
+"""The structural type check: does a Program keep the promises of docs/ir-conventions.md?
+
+The frontend builds well-typed IR, so a violation here is a bug in kiln (the frontend or a
+pass), reported as an `InternalError` at the offending node. The one user-facing rule is
+that shared arrays are declared only in kernels.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from ...framework.intrinsics import IntrinsicTypeError, intrinsics
+from ...lang.errors import KernelError, UnsupportedError
+from .. import nodes as ir
+from ..enums import MemorySpace
+from ..types import ArrayType, ScalarType, Type, VoidType, bool_, i32, i64
+from ..visit import walk
+from .common import child_blocks, child_exprs
+
+
+class InternalError(KernelError):
+    kind = "internal compiler error"
+
+
+INDEX_TYPES = (i32, i64)
+SHIFTS = ("<<", ">>")
+BINOPS = ("+", "-", "*", "/", "//", "%", "**", "<<", ">>", "&", "|", "^")
+COMPARES = ("<", "<=", ">", ">=", "==", "!=")
+UNARY = ("-", "+", "~", "not")
+
+
+def validate(program: ir.Program) -> None:
+    """Raise InternalError at the first node that breaks the IR conventions."""
+    seen: set[str] = set()
+    for func in [*program.functions, program.kernel]:
+        _Validator(program, func, seen).run()
+        seen.add(func.name)
+
+
+class _Validator:
+    def __init__(self, program: ir.Program, func: ir.Function, earlier: set[str]) -> None:
+        self.program = program
+        self.func = func
+        self.callable = earlier | {func.name}  # callees first; direct recursion allowed
+        self.vars: dict[str, Type] = {p.name: p.type for p in func.params}
+        self.loc: ir.Loc | None = func.loc
+
+    def fail(self, message: str, node: ir.Expr | ir.Stmt | None = None) -> NoReturn:
+        loc = (node.loc if node is not None else None) or self.loc
+        raise InternalError(
+            f"invalid IR in `{self.func.name}`: {message} (this is a bug in kiln; please "
+            "report it)", loc)
+
+    def require(self, ok: bool, message: str, node: ir.Expr | ir.Stmt | None = None) -> None:
+        if not ok:
+            self.fail(message, node)
+
+    def run(self) -> None:
+        func = self.func
+        clash = [p.name for p in func.params if p.name in func.locals]
+        self.require(not clash, f"parameters {clash} are also declared as locals")
+        self.require(func.is_kernel <= isinstance(func.return_type, VoidType),
+                     "a kernel must return void")
+        self.vars.update(func.locals)
+        for name, t in func.locals.items():
+            if isinstance(t, ArrayType):
+                self.check_fixed_array(name, t)
+        self.block(func.body, loop_depth=0)
+
+    def check_fixed_array(self, name: str, t: ArrayType) -> None:
+        if t.space is MemorySpace.SHARED and not self.func.is_kernel:
+            raise UnsupportedError(
+                f"shared array `{name}` in device function `{self.func.name}`: shared arrays "
+                "can only be declared in a kernel (pass one to the function instead)",
+                self.func.loc)
+        self.require(t.space is not MemorySpace.GLOBAL,
+                     f"local `{name}` is a global array; only parameters may be")
+        shape = t.shape or ()
+        self.require(len(shape) == t.ndim and all(isinstance(n, int) and n > 0 for n in shape),
+                     f"array `{name}` has shape {t.shape} for {t.ndim} dimension(s)")
+
+    # ------------------------------------------------------------ statements
+
+    def block(self, body: list[ir.Stmt], loop_depth: int) -> None:
+        for stmt in body:
+            self.loc = stmt.loc or self.loc
+            self.stmt(stmt, loop_depth)
+
+    def stmt(self, s: ir.Stmt, depth: int) -> None:
+        match s:
+            case ir.Assign(target=target, value=value):
+                t = self.vars.get(target)
+                self.require(t is not None, f"assignment to undeclared `{target}`", s)
+                self.require(not isinstance(t, ArrayType), f"assignment to array `{target}`", s)
+                self.same(self.expr(value), t, f"value assigned to `{target}`", s)
+            case ir.Store(array=array, indices=indices, value=value):
+                elem = self.indexed(array, indices, s)
+                self.same(self.expr(value), elem, f"value stored to `{array.name}`", s)
+            case ir.ExprStmt(expr=expr):
+                self.expr(expr)
+            case ir.If(cond=cond, then=then, orelse=orelse):
+                self.condition(cond, s)
+                self.block(then, depth)
+                self.block(orelse, depth)
+            case ir.While(cond=cond, body=body):
+                self.condition(cond, s)
+                self.block(body, depth + 1)
+            case ir.For():
+                self.for_loop(s, depth)
+            case ir.Break() | ir.Continue():
+                self.require(depth > 0, f"`{type(s).__name__.lower()}` outside a loop", s)
+            case ir.Return(value=value):
+                self.ret(value, s)
+            case _:
+                for e in child_exprs(s):
+                    self.expr(e)
+                for body in child_blocks(s):
+                    self.block(body, depth)
+
+    def condition(self, cond: ir.Expr, s: ir.Stmt) -> None:
+        self.same(self.expr(cond), bool_, "condition", s)
+
+    def for_loop(self, s: ir.For, depth: int) -> None:
+        t = self.func.locals.get(s.var)
+        self.require(isinstance(t, ScalarType) and t.is_int,
+                     f"loop variable `{s.var}` is not an integer local", s)
+        for part, e in (("start", s.start), ("stop", s.stop), ("step", s.step)):
+            self.same(self.expr(e), t, f"loop {part}", s)
+        self.require(isinstance(s.stop, (ir.Const, ir.Var)) and isinstance(s.step, (ir.Const,
+                                                                                 ir.Var)),
+                     "loop stop and step must be constants or variables", s)
+        self.require(not (isinstance(s.step, ir.Const) and s.step.value == 0),
+                     "constant loop step 0", s)
+        fixed = {s.var} | {e.name for e in (s.stop, s.step) if isinstance(e, ir.Var)}
+        for node in walk(s.body):
+            if isinstance(node, ir.Assign):
+                self.require(node.target not in fixed,
+                             f"loop body assigns `{node.target}`, which the loop fixes", node)
+        self.block(s.body, depth + 1)
+
+    def ret(self, value: ir.Expr | None, s: ir.Stmt) -> None:
+        rt = self.func.return_type
+        if value is None:
+            self.require(isinstance(rt, VoidType), "`return` without a value", s)
+        else:
+            self.require(not isinstance(rt, VoidType), "`return` with a value in a void function",
+                         s)
+            self.same(self.expr(value), rt, "returned value", s)
+
+    # ------------------------------------------------------------ expressions
+
+    def same(self, actual: Type, expected: Type | None, what: str, node: ir.Expr | ir.Stmt):
+        self.require(actual == expected, f"{what} has type {actual}, expected {expected}", node)
+
+    def scalar(self, t: Type, what: str, node: ir.Expr) -> ScalarType:
+        self.require(isinstance(t, ScalarType), f"{what} has non-scalar type {t}", node)
+        assert isinstance(t, ScalarType)
+        return t
+
+    def expr(self, e: ir.Expr) -> Type:
+        """Check `e` and return its type."""
+        match e:
+            case ir.Const(value=value):
+                t = self.scalar(e.type, "constant", e)
+                self.require(isinstance(value, (bool, int, float)) or hasattr(value, "item"),
+                             f"constant {value!r} is not a number", e)
+                self.require(not t.is_int or float(value) == int(value),
+                             f"integer constant {value!r}", e)
+            case ir.Var(name=name):
+                declared = self.vars.get(name)
+                self.require(declared is not None, f"unknown variable `{name}`", e)
+                self.same(e.type, declared, f"variable `{name}`", e)
+            case ir.BinOp(op=op, left=left, right=right):
+                lt, rt = self.scalar(self.expr(left), "operand", e), self.expr(right)
+                self.require(op in BINOPS, f"unknown operator {op!r}", e)
+                if op in SHIFTS:
+                    rs = self.scalar(rt, "shift count", e)
+                    self.require(lt.is_int and rs.is_int, f"shift of {lt} by {rs}", e)
+                else:
+                    self.same(rt, lt, f"right operand of {op!r}", e)
+                self.require(op != "/" or lt.is_float, f"'/' on {lt}", e)
+                self.same(e.type, lt, f"result of {op!r}", e)
+            case ir.Compare(op=op, left=left, right=right):
+                self.require(op in COMPARES, f"unknown comparison {op!r}", e)
+                self.same(self.expr(right), self.expr(left), f"right operand of {op!r}", e)
+                self.same(e.type, bool_, "comparison", e)
+            case ir.UnaryOp(op=op, operand=operand):
+                self.require(op in UNARY, f"unknown unary operator {op!r}", e)
+                t = self.expr(operand)
+                if op == "not":
+                    self.same(t, bool_, "operand of `not`", e)
+                self.same(e.type, t, f"result of {op!r}", e)
+            case ir.BoolOp(values=values):
+                self.require(len(values) >= 2, f"`{e.op}` of {len(values)} value(s)", e)
+                for v in values:
+                    self.same(self.expr(v), bool_, f"operand of `{e.op}`", e)
+                self.same(e.type, bool_, f"result of `{e.op}`", e)
+            case ir.Select(cond=cond, if_true=if_true, if_false=if_false):
+                self.same(self.expr(cond), bool_, "condition", e)
+                self.same(self.expr(if_true), e.type, "first branch", e)
+                self.same(self.expr(if_false), e.type, "second branch", e)
+            case ir.Cast(value=value):
+                self.scalar(self.expr(value), "cast operand", e)
+                self.scalar(e.type, "cast", e)
+            case ir.Load(array=array, indices=indices):
+                self.same(e.type, self.indexed(array, indices, e), f"load from `{array.name}`", e)
+            case ir.ArrayDim(array=array, axis=axis):
+                t = self.expr(array)
+                self.require(isinstance(t, ArrayType) and 0 <= axis < t.ndim,
+                             f"shape[{axis}] of `{array.name}` ({t})", e)
+                self.same(e.type, i32, "array dimension", e)
+            case ir.Call():
+                self.call(e)
+            case ir.IntrinsicCall():
+                self.intrinsic(e)
+            case _:
+                for child in child_exprs(e):
+                    self.expr(child)
+        return e.type
+
+    def indexed(self, array: ir.Var, indices: list[ir.Expr], node: ir.Expr | ir.Stmt) -> Type:
+        t = self.expr(array)
+        self.require(isinstance(t, ArrayType), f"`{array.name}` ({t}) is not an array", node)
+        assert isinstance(t, ArrayType)
+        self.require(len(indices) == t.ndim,
+                     f"{len(indices)} index(es) into {t.ndim}-d `{array.name}`", node)
+        for index in indices:
+            it = self.expr(index)
+            self.require(it in INDEX_TYPES, f"index of `{array.name}` has type {it}", node)
+        return t.elem
+
+    def call(self, e: ir.Call) -> None:
+        self.require(e.func in self.callable, f"call of `{e.func}`, not defined before", e)
+        callee = self.func if e.func == self.func.name else self.program.function(e.func)
+        self.require(len(e.args) == len(callee.params),
+                     f"`{e.func}` takes {len(callee.params)} argument(s), got {len(e.args)}", e)
+        for arg, param in zip(e.args, callee.params):
+            self.same(self.expr(arg), param.type, f"argument `{param.name}` of `{e.func}`", e)
+            self.require(not isinstance(param.type, ArrayType) or isinstance(arg, ir.Var),
+                         f"array argument `{param.name}` of `{e.func}` is not a variable", e)
+        self.same(e.type, callee.return_type, f"result of `{e.func}`", e)
+
+    def intrinsic(self, e: ir.IntrinsicCall) -> None:
+        self.require(e.name in intrinsics, f"unknown intrinsic `{e.name}`", e)
+        arg_types = [self.expr(a) for a in e.args]
+        spec = intrinsics[e.name]
+        try:
+            params, result = spec.typing(arg_types)
+        except IntrinsicTypeError as exc:
+            self.fail(f"{e.name}: {exc}", e)
+        self.require(list(params) == arg_types,
+                     f"{e.name} takes {params}, got {arg_types}", e)
+        self.same(e.type, result, f"result of {e.name}", e)
+        if spec.category == "atomic":
+            self.require(isinstance(e.args[0], ir.Var), f"{e.name} of a non-variable array", e)
