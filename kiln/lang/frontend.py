@@ -333,7 +333,7 @@ class FunctionBuilder:
 
     def declare_array(self, name: str, call: ast.Call) -> None:
         loc = self.loc(call)
-        fn = self.resolver.resolve(call.func)
+        fn = self.resolver.resolve(call.func, self.loc(call.func))
         space = MemorySpace.SHARED if fn is kb.shared else MemorySpace.LOCAL
         if space is MemorySpace.SHARED and not self.is_kernel:
             raise UnsupportedError("kiln.shared arrays can only be declared in kernels",
@@ -512,7 +512,7 @@ class FunctionBuilder:
         body per iteration, with `i` a compile-time constant in each."""
         call = node.iter
         assert isinstance(call, ast.Call) and isinstance(node.target, ast.Name)
-        fn = self.resolver.resolve(call.func)
+        fn = self.resolver.resolve(call.func, self.loc(call.func))
         range_call = call
         if fn is kb.unroll:
             inner = call.args[0] if len(call.args) == 1 and not call.keywords else None
@@ -711,13 +711,13 @@ class FunctionBuilder:
                     raise UnsupportedError("use a.shape[k] with a constant k", loc)
             raise UnsupportedError(f"attribute '{node.attr}' of {base.type} is not supported",
                                    loc)
-        owner = self.resolver.resolve(node.value)
+        owner = self.resolver.resolve(node.value, self.loc(node.value))
         if isinstance(owner, kb.IndexObject):
             if node.attr not in ("x", "y", "z"):
                 raise UnknownNameError(f"kiln.{owner.name} has .x, .y and .z, not "
                                        f".{node.attr}", loc)
             return ir.IntrinsicCall(i32, f"{owner.name}_{node.attr}", [], loc=loc)
-        value = self.resolver.resolve(node)
+        value = self.resolver.resolve(node, self.loc(node))
         return self.value_expr(value, node)
 
     def expr_Subscript(self, node: ast.Subscript) -> ir.Expr:
@@ -874,7 +874,10 @@ class FunctionBuilder:
         loc = self.loc(node)
         if self.is_local(node.func):
             raise UnsupportedError("variables cannot be called", loc)
-        fn = self.resolver.resolve(node.func)
+        if not isinstance(node.func, (ast.Name, ast.Attribute)):
+            self.expr(node.func)  # rejects lambdas and other unsupported expressions
+            raise UnsupportedError("only named functions can be called in kernels", loc)
+        fn = self.resolver.resolve(node.func, self.loc(node.func))
         if fn is print:
             raise UnsupportedError("print is not supported in kernels", loc)
         if isinstance(fn, type) and issubclass(fn, np.generic):

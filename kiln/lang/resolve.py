@@ -40,11 +40,11 @@ class StaticResolver:
                 return scope[name]
         raise UnknownNameError(f"name '{name}' is not defined", loc)
 
-    def resolve(self, node: ast.expr, loc: Loc | None = None) -> Any:
-        """The Python object a name or attribute chain denotes (errors if none)."""
+    def resolve(self, node: ast.expr, loc: Loc) -> Any:
+        """The Python object a name or attribute chain denotes (errors at `loc` if none)."""
         value = self._resolve(node)
         if value is _MISSING:
-            raise UnknownNameError(f"'{ast.unparse(node)}' is not defined", loc or _loc(node))
+            raise UnknownNameError(f"'{ast.unparse(node)}' is not defined", loc)
         return value
 
     def try_resolve(self, node: ast.expr) -> Any:
@@ -63,10 +63,6 @@ class StaticResolver:
                 return _MISSING
             return getattr(base, node.attr, _MISSING)
         return _MISSING
-
-
-def _loc(node: ast.AST) -> Loc:
-    return Loc("<kernel>", getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
 
 
 def type_from_object(obj: Any) -> Type | None:
