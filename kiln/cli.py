@@ -1,0 +1,286 @@
+"""The `kiln` command: info, compile, demo, check, bench and cache.
+
+Errors the user caused (a kernel that does not compile, a bad launch, an unknown device or
+backend, a bad FILE.py:KERNEL) print one message and exit with status 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .framework.backend import Backend, Capabilities, ExecutionModel
+from .ir.types import SCALAR_BY_NAME, ArrayType, ScalarType, Type, bool_, f32, i32
+from .lang.errors import KernelError, LaunchError
+from .runtime.selection import DeviceNotFoundError
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+USAGE_EXIT = 2
+
+
+class UsageError(Exception):
+    """A mistake in the command line (bad FILE:KERNEL, unknown backend, bad --types)."""
+
+
+USER_ERRORS = (UsageError, KernelError, LaunchError, DeviceNotFoundError)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def backend_named(name: str) -> Backend:
+    from .framework.registry import registry
+
+    try:
+        return registry.get(name).backend
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+
+
+_TYPE_PATTERN = re.compile(r"^(\w+)\s*(?:\[([:,\s]*)\])?$")
+_PYTHON_NAMES: dict[str, ScalarType] = {"int": i32, "float": f32, "bool": bool_}
+
+
+def parse_type(text: str) -> Type:
+    """`f32`, `int`, `float64`, `f32[:]`, `i32[:, :]` -> a kiln type."""
+    import kiln
+
+    match = _TYPE_PATTERN.match(text.strip())
+    name = match.group(1) if match else ""
+    scalar = _PYTHON_NAMES.get(name) or SCALAR_BY_NAME.get(name) or getattr(kiln, name, None)
+    if not match or not isinstance(scalar, ScalarType):
+        raise UsageError(f"'{text}' is not a kiln type (write f32, i32, f32[:], f64[:, :], ...)")
+    dims = match.group(2)
+    if dims is None:
+        return scalar
+    ndim = dims.count(":")
+    if ndim == 0 or ndim != len(dims.split(",")):
+        raise UsageError(f"'{text}': write one ':' per dimension, e.g. {name}[:, :]")
+    return ArrayType(scalar, ndim)
+
+
+def load_kernel(target: str) -> Any:
+    """Import FILE.py and return its KERNEL attribute (a @kiln.kernel)."""
+    from .lang.kernel import Kernel
+
+    file, sep, name = target.rpartition(":")
+    if not sep or not file or not name:
+        raise UsageError(f"'{target}': write FILE.py:KERNEL, e.g. examples/add.py:vector_add")
+    path = Path(file)
+    if not path.is_file():
+        raise UsageError(f"{file}: no such file")
+    module_name = f"_kiln_user_{path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"{file}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise UsageError(f"importing {file} failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.path.pop(0)
+    kernel = getattr(module, name, None)
+    if not isinstance(kernel, Kernel):
+        kernels = sorted(k for k, v in vars(module).items() if isinstance(v, Kernel))
+        found = f"; kernels there: {', '.join(kernels)}" if kernels else "; it defines none"
+        what = "not defined" if kernel is None else f"a {type(kernel).__name__}, not a kernel"
+        raise UsageError(f"{file}: '{name}' is {what}{found}")
+    return kernel
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, tuple):
+        return " x ".join(str(v) for v in value)
+    return escape(str(value))
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    raise AssertionError  # pragma: no cover
+
+
+# ---------------------------------------------------------------- commands
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """Every registered backend (and why one is unavailable), then every device."""
+    import kiln
+
+    table = Table(title="kiln backends", title_justify="left")
+    for column in ("backend", "priority", "model", "available", "devices / reason"):
+        table.add_column(column)
+    all_devices = []
+    for entry in kiln.backends():
+        model = entry.backend.execution_model
+        if entry.available:
+            devices = entry.devices()
+            all_devices += devices
+            detail = ", ".join(f"{d.name} ({d.capabilities.name})" for d in devices) or "none"
+            status = "[green]yes[/green]"
+        else:
+            detail, status = entry.reason, "[red]no[/red]"
+        table.add_row(entry.name, str(entry.priority), model.name if isinstance(
+            model, ExecutionModel) else str(model), status, escape(detail))
+    out.print(table)
+    if not all_devices:
+        out.print("no devices available")
+        return 0
+    default = kiln.device()
+    caps = Table(title=f"devices (default: {default.name})", title_justify="left")
+    caps.add_column("capability")
+    for d in all_devices:
+        caps.add_column(d.name)
+    for key in all_devices[0].capabilities.as_dict():
+        values = [_capability(d.capabilities, key) for d in all_devices]
+        caps.add_row(key, *values)
+    out.print(caps)
+    return 0
+
+
+def _capability(caps: Capabilities, key: str) -> str:
+    value = caps.as_dict()[key]
+    if "memory" in key and isinstance(value, int) and not isinstance(value, bool):
+        return _bytes(value)
+    return _cell(value) if value != "" else "-"
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    """Print the IR (DIRECT/CUSTOM backends) or the generated source (JIT backends)."""
+    import kiln
+
+    kernel = load_kernel(args.target)
+    types = tuple(parse_type(t) for t in args.types or ())
+    if types and len(types) != len(kernel.signature):
+        raise UsageError(f"{kernel.name} has {len(kernel.signature)} parameter(s), "
+                         f"--types gave {len(types)}")
+    missing = [name for name, t in kernel.signature if t is None]
+    if missing and not types:
+        raise UsageError(f"{kernel.name}: parameters {', '.join(missing)} have no annotation; "
+                         "give every parameter's type with --types")
+    backend = backend_named(args.backend) if args.backend else kiln.device().backend
+    if backend.execution_model is ExecutionModel.JIT:
+        print(kernel.source(backend, *types), end="")
+    else:
+        print(kernel.ir(*types), end="")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args.device, out, repeat=args.repeat)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Run the conformance suite against one registered backend."""
+    backend_named(args.backend)  # an unknown name is a usage error
+    try:
+        from .conformance import check_command
+    except ImportError as exc:
+        raise UsageError(f"the conformance suite is not installed ({exc})") from None
+    return check_command(args.backend, args.select)
+
+
+def benchmarks_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run each benchmark script in benchmarks/ (a checkout), passing the options on."""
+    folder = benchmarks_dir()
+    scripts = sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
+    if not scripts:
+        raise UsageError(f"no benchmark scripts in {folder} (benchmarks ship with a checkout)")
+    extra = ["--backend", args.backend] if args.backend else []
+    status = 0
+    for script in scripts:
+        out.print(f"[bold]{script.name}[/bold]")
+        status |= subprocess.call([sys.executable, str(script), *extra, *args.script_args])
+    return status
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    """Show or clear the on-disk compile cache."""
+    try:
+        cache = importlib.import_module("kiln.framework.cache")
+    except ImportError as exc:
+        raise UsageError(f"the compile cache is not available ({exc})") from None
+    if args.action == "clear":
+        removed = cache.clear()
+        out.print(f"cleared the kiln cache ({removed})" if removed is not None
+                  else "cleared the kiln cache")
+        return 0
+    info = cache.info()
+    table = Table(title="kiln compile cache", title_justify="left", show_header=False)
+    for key, value in (info.items() if isinstance(info, dict) else vars(info).items()):
+        table.add_row(escape(str(key)), _bytes(value) if "bytes" in key else _cell(value))
+    out.print(table)
+    return 0
+
+
+# ---------------------------------------------------------------- parser and entry point
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kiln", description="Write SIMT kernels once in Python; run them on every backend.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Callable[[argparse.Namespace], int],
+                help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(handler=handler)
+        return p
+
+    command("info", cmd_info, "backends, their availability, devices and capabilities")
+    p = command("compile", cmd_compile,
+                "print a kernel's IR (DIRECT backends) or generated source (JIT backends)")
+    p.add_argument("target", metavar="FILE.py:KERNEL")
+    p.add_argument("--backend", "-b", help="backend name (default: the best device's)")
+    p.add_argument("--types", "-t", nargs="+", metavar="TYPE",
+                   help="parameter types, e.g. f32[:] f32[:] i32 (default: the annotations)")
+    p = command("demo", cmd_demo,
+                "vector_add, reduce and matmul checked against NumPy, with timings")
+    p.add_argument("--device", "-d", help="device spec, e.g. interp, cpu, cuda:0")
+    p.add_argument("--repeat", type=int, default=7, help="timed runs per kernel (median)")
+    p = command("check", cmd_check, "run the conformance suite against a backend")
+    p.add_argument("backend", metavar="BACKEND")
+    p.add_argument("-k", dest="select", help="only tests matching this pytest -k expression")
+    p = command("bench", cmd_bench, "run the benchmark scripts in benchmarks/")
+    p.add_argument("--backend", "-b", help="only this backend")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="passed to each script")
+    p = command("cache", cmd_cache, "show or clear the on-disk compile cache")
+    p.add_argument("action", choices=("info", "clear"), nargs="?", default="info")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except USER_ERRORS as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        return USAGE_EXIT
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,552 @@
+"""Negative tests: malformed kernels and bad launches get clear errors at the right line.
+
+Each malformed kernel marks its offending line with a trailing `# error` comment; the test
+checks the error class, a fragment of the message, and that the error points at that line
+of this file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import marked_line
+
+import kiln
+from kiln import f32, i32
+
+HERE = str(Path(__file__).resolve())
+N = 64
+NOT_A_NUMBER = [1, 2, 3]
+
+
+@kiln.func
+def add1(x: f32) -> f32:
+    return x + 1.0
+
+
+@kiln.func
+def half_returns(x: f32):
+    if x > 0.0:  # error
+        return x
+
+
+@kiln.func
+def bad_body(x: f32):
+    return x & 1  # error
+
+
+@kiln.func
+def takes_int(k: i32) -> i32:
+    return k * 2
+
+
+@kiln.kernel
+def helper_kernel(a: f32[:]):
+    a[0] = 1.0
+
+
+# ---------------------------------------------------------------- unknown names
+
+
+@kiln.kernel
+def unknown_name(a: f32[:]):
+    a[0] = undefined_thing + 1.0  # error  # noqa: F821
+
+
+@kiln.kernel
+def unknown_index_axis(a: f32[:]):
+    a[0] = kiln.thread_idx.w  # error
+
+
+@kiln.kernel
+def unknown_kiln_function(a: f32[:]):
+    a[0] = kiln.no_such_intrinsic(1.0)  # error
+
+
+@kiln.kernel
+def used_before_assigned(a: f32[:]):
+    a[0] = v  # error  # noqa: F821
+    v = 1.0
+    a[1] = v
+
+
+# ---------------------------------------------------------------- arity
+
+
+@kiln.kernel
+def intrinsic_arity(a: f32[:]):
+    a[0] = kiln.sqrt(1.0, 2.0)  # error
+
+
+@kiln.kernel
+def device_function_arity(a: f32[:]):
+    a[0] = add1(a[0], a[1])  # error
+
+
+@kiln.kernel
+def range_arity(a: f32[:]):
+    for i in range(0, 4, 1, 2):  # error
+        a[i] = 0.0
+
+
+@kiln.kernel
+def cast_arity(a: f32[:]):
+    a[0] = f32(1, 2)  # error
+
+
+@kiln.kernel
+def global_id_arity(a: f32[:]):
+    a[kiln.global_id()] = 0.0  # error
+
+
+@kiln.kernel
+def barrier_arity(a: f32[:]):
+    kiln.barrier(1)  # error
+
+
+# ---------------------------------------------------------------- types
+
+
+@kiln.kernel
+def float_into_int_param(a: f32[:], n: i32):
+    n = a[0]  # error
+    a[1] = n
+
+
+@kiln.kernel
+def float_into_annotated_local(a: f32[:]):
+    x: i32 = a[0]  # error
+    a[1] = x
+
+
+@kiln.kernel
+def float_into_int_array(b: i32[:]):
+    b[0] = 1.5  # error
+
+
+@kiln.kernel
+def float_index(a: f32[:]):
+    x = a[0]
+    a[x] = 1.0  # error
+
+
+@kiln.kernel
+def float_bitwise(a: f32[:]):
+    a[0] = a[1] & 1  # error
+
+
+@kiln.kernel
+def array_alias(a: f32[:], b: f32[:]):
+    b = a  # error
+    b[0] = 1.0
+
+
+@kiln.kernel
+def wrong_index_count(a: f32[:]):
+    a[0, 1] = 0.0  # error
+
+
+@kiln.kernel
+def wrong_device_function_argument(a: f32[:], b: i32[:]):
+    b[0] = takes_int(a[0])  # error
+
+
+@kiln.kernel
+def array_as_condition(a: f32[:]):
+    if a:  # error
+        a[0] = 1.0
+
+
+@kiln.kernel
+def len_of_scalar(a: f32[:], n: i32):
+    a[0] = len(n)  # error
+
+
+@kiln.kernel
+def float_atomic_and(a: f32[:]):
+    kiln.atomic_and(a, 0, 1.0)  # error
+
+
+@kiln.kernel
+def not_a_kiln_type(a: f32[:]):
+    x: str = 1  # error
+    a[0] = x
+
+
+@kiln.kernel
+def module_list_as_value(a: f32[:]):
+    a[0] = NOT_A_NUMBER  # error
+
+
+@kiln.kernel
+def kernel_returns_value(a: f32[:]):
+    return a[0]  # error
+
+
+@kiln.kernel
+def missing_return(a: f32[:]):
+    a[0] = half_returns(a[1])
+
+
+@kiln.kernel
+def error_in_device_function(a: f32[:]):
+    a[0] = bad_body(a[1])
+
+
+# ---------------------------------------------------------------- unsupported constructs
+
+
+@kiln.kernel
+def nested_def(a: f32[:]):
+    def inner(x):  # error
+        return x
+    a[0] = 0.0
+
+
+@kiln.kernel
+def uses_lambda(a: f32[:]):
+    a[0] = (lambda x: x)(1.0)  # error
+
+
+@kiln.kernel
+def uses_try(a: f32[:]):
+    try:  # error
+        a[0] = 1.0
+    except Exception:
+        a[0] = 0.0
+
+
+@kiln.kernel
+def uses_with(a: f32[:]):
+    with open("x"):  # error
+        a[0] = 1.0
+
+
+@kiln.kernel
+def uses_generator(a: f32[:]):
+    g = (x for x in range(3))  # error
+    a[0] = g
+
+
+@kiln.kernel
+def list_literal(a: f32[:]):
+    xs = [1.0, 2.0]  # error
+    a[0] = xs
+
+
+@kiln.kernel
+def dict_literal(a: f32[:]):
+    d = {"k": 1.0}  # error
+    a[0] = d
+
+
+@kiln.kernel
+def string_value(a: f32[:]):
+    s = "text"  # error
+    a[0] = s
+
+
+@kiln.kernel
+def uses_print(a: f32[:]):
+    print(a[0])  # error
+
+
+@kiln.kernel
+def while_else(a: f32[:]):
+    i = 0
+    while i < 4:
+        i += 1
+    else:
+        a[0] = 1.0  # error
+
+
+@kiln.kernel
+def uses_slice(a: f32[:]):
+    a[0] = a[1:3]  # error
+
+
+@kiln.kernel
+def uses_match(a: f32[:], n: i32):
+    match n:  # error
+        case 1:
+            a[0] = 1.0
+
+
+@kiln.kernel
+def for_over_array(a: f32[:]):
+    for x in a:  # error
+        a[0] = x
+
+
+@kiln.kernel
+def calls_kernel(a: f32[:]):
+    helper_kernel(a)  # error
+
+
+@kiln.kernel
+def for_else(a: f32[:]):
+    for i in range(4):
+        a[i] = 0.0
+    else:
+        a[0] = 1.0  # error
+
+
+@kiln.kernel
+def tuple_assignment_mismatch(a: f32[:]):
+    x, y = 1.0, 2.0, 3.0  # error
+    a[0] = x + y
+
+
+@kiln.kernel
+def zero_range_step(a: f32[:]):
+    for i in range(0, 4, 0):  # error
+        a[i] = 0.0
+
+
+@kiln.kernel
+def negative_constant_index(a: f32[:]):
+    a[-1] = 0.0  # error
+
+
+@kiln.kernel
+def constant_division_by_zero(a: f32[:]):
+    a[0] = 1 // 0  # error
+
+
+# ---------------------------------------------------------------- shared memory and barriers
+
+
+@kiln.kernel
+def shared_non_constant_size(a: f32[:], n: i32):
+    s = kiln.shared(f32, n)  # error
+    s[0] = 1.0
+    a[0] = s[0]
+
+
+@kiln.kernel
+def barrier_under_thread_if(a: f32[:]):
+    if kiln.thread_idx.x < 16:
+        kiln.barrier()  # error
+    a[0] = 1.0
+
+
+@kiln.kernel
+def barrier_in_thread_loop(a: f32[:]):
+    for i in range(kiln.thread_idx.x):
+        a[i] = 1.0
+        kiln.barrier()  # error
+
+
+@kiln.kernel
+def barrier_after_thread_return(a: f32[:]):
+    if kiln.global_id(0) >= len(a):
+        return
+    a[kiln.global_id(0)] = 1.0
+    kiln.barrier()  # error
+
+
+@kiln.kernel
+def barrier_under_loaded_value(a: f32[:]):
+    t = kiln.thread_idx.x
+    x = a[t]
+    if x > 0.0:
+        kiln.barrier()  # error
+
+
+KERNEL_ERRORS = [
+    (unknown_name, kiln.UnknownNameError, "'undefined_thing' is not defined"),
+    (unknown_index_axis, kiln.UnknownNameError, ".x, .y and .z"),
+    (unknown_kiln_function, kiln.UnknownNameError, "no_such_intrinsic"),
+    (used_before_assigned, kiln.UnknownNameError, "'v'"),
+    (intrinsic_arity, kiln.ArityError, "sqrt takes 1 argument(s), got 2"),
+    (device_function_arity, kiln.ArityError, "add1 takes 1 argument(s), got 2"),
+    (range_arity, kiln.ArityError, "range takes 1 to 3 arguments"),
+    (cast_arity, kiln.ArityError, "f32 takes 1 argument(s), got 2"),
+    (global_id_arity, kiln.ArityError, "global_id(dim) takes 1 argument"),
+    (barrier_arity, kiln.ArityError, "barrier takes 0 argument(s), got 1"),
+    (float_into_int_param, kiln.KernelTypeError, "f32 value to variable 'n' of type i32"),
+    (float_into_annotated_local, kiln.KernelTypeError, "f32 value to variable 'x' of type i32"),
+    (float_into_int_array, kiln.KernelTypeError, "an element of 'b'"),
+    (float_index, kiln.KernelTypeError, "array indices must be integers, got f32"),
+    (float_bitwise, kiln.KernelTypeError, "operator & needs integers"),
+    (array_alias, kiln.UnsupportedError, "arrays cannot be aliased"),
+    (wrong_index_count, kiln.KernelTypeError, "has 1 dimension(s) but is indexed with 2"),
+    (wrong_device_function_argument, kiln.KernelTypeError, "parameter 'k' of takes_int"),
+    (array_as_condition, kiln.KernelTypeError, "cannot be used as a condition"),
+    (len_of_scalar, kiln.KernelTypeError, "len() needs an array"),
+    (float_atomic_and, kiln.KernelTypeError, "atomic_and on f32 arrays is not supported"),
+    (not_a_kiln_type, kiln.KernelTypeError, "'str' is not a kiln type"),
+    (module_list_as_value, kiln.UnsupportedError, "cannot be used as a value"),
+    (kernel_returns_value, kiln.KernelTypeError, "kernels cannot return a value"),
+    (nested_def, kiln.UnsupportedError, "nested functions"),
+    (uses_lambda, kiln.UnsupportedError, "lambdas"),
+    (uses_try, kiln.UnsupportedError, "`try`"),
+    (uses_with, kiln.UnsupportedError, "`with`"),
+    (uses_generator, kiln.UnsupportedError, "generators"),
+    (list_literal, kiln.UnsupportedError, "lists"),
+    (dict_literal, kiln.UnsupportedError, "dicts"),
+    (string_value, kiln.UnsupportedError, "strings"),
+    (uses_print, kiln.UnsupportedError, "print"),
+    (while_else, kiln.UnsupportedError, "`while ... else`"),
+    (uses_slice, kiln.UnsupportedError, "slices"),
+    (uses_match, kiln.UnsupportedError, "`match`"),
+    (for_over_array, kiln.UnsupportedError, "range(...)"),
+    (calls_kernel, kiln.UnsupportedError, "make it a @kiln.func"),
+    (for_else, kiln.UnsupportedError, "`for ... else`"),
+    (tuple_assignment_mismatch, kiln.UnsupportedError, "tuple of the same length"),
+    (zero_range_step, kiln.KernelError, "step must not be zero"),
+    (negative_constant_index, kiln.KernelError, "negative indices do not wrap"),
+    (constant_division_by_zero, kiln.KernelError, "division by zero"),
+    (shared_non_constant_size, kiln.ConstantError, "size fixed at compile time"),
+    (barrier_under_thread_if, kiln.ConvergenceError, "barrier"),
+    (barrier_in_thread_loop, kiln.ConvergenceError, "barrier"),
+    (barrier_after_thread_return, kiln.ConvergenceError, "barrier"),
+    (barrier_under_loaded_value, kiln.ConvergenceError, "barrier"),
+]
+
+
+def compile_error(kernel: kiln.Kernel, *types: kiln.ScalarType) -> kiln.KernelError:
+    with pytest.raises(kiln.KernelError) as info:
+        kernel.ir(*types)
+    return info.value
+
+
+@pytest.mark.parametrize(("kernel", "cls", "fragment"), KERNEL_ERRORS,
+                         ids=[k.name for k, _, _ in KERNEL_ERRORS])
+def test_kernel_error(kernel: kiln.Kernel, cls: type, fragment: str) -> None:
+    exc = compile_error(kernel)
+    assert type(exc) is cls, f"{type(exc).__name__}: {exc}"
+    assert fragment in exc.message
+    assert exc.loc is not None
+    assert (exc.loc.file, exc.loc.line) == (HERE, marked_line(kernel))
+
+
+@pytest.mark.parametrize(("kernel", "func", "cls", "fragment"), [
+    (missing_return, half_returns, kiln.KernelTypeError, "without returning a value"),
+    (error_in_device_function, bad_body, kiln.KernelTypeError, "operator & needs integers"),
+])
+def test_error_in_device_function_points_into_it(kernel, func, cls, fragment) -> None:
+    exc = compile_error(kernel)
+    assert type(exc) is cls and fragment in exc.message
+    assert (exc.loc.file, exc.loc.line) == (HERE, marked_line(func))
+
+
+def test_message_shows_location_source_line_and_caret() -> None:
+    exc = compile_error(float_into_annotated_local)
+    line = marked_line(float_into_annotated_local)
+    first, source, caret = str(exc).splitlines()
+    assert first.startswith(f"{HERE}:{line}:")
+    assert "type error" in first
+    assert source.strip() == "x: i32 = a[0]  # error"
+    assert caret.strip() == "^^^^"
+    assert source.index("a[0]") == caret.index("^")
+
+
+def kiln_frames(exc: BaseException) -> list[str]:
+    package = str(Path(kiln.__file__).resolve().parent)
+    tb, frames = exc.__traceback__, []
+    while tb is not None:
+        file = str(Path(tb.tb_frame.f_code.co_filename).resolve())
+        if file.startswith(package):
+            frames.append(f"{file}:{tb.tb_lineno}")
+        tb = tb.tb_next
+    return frames
+
+
+def test_kernel_error_traceback_has_no_kiln_internals() -> None:
+    exc = compile_error(float_bitwise)
+    assert len(kiln_frames(exc)) <= 1, kiln_frames(exc)
+    assert exc.__cause__ is None and exc.__suppress_context__
+
+
+def test_kernel_error_at_launch_has_no_kiln_internals(interp) -> None:
+    with pytest.raises(kiln.KernelTypeError) as info:
+        float_bitwise[1, 32](np.zeros(N, np.float32))
+    assert info.value.line == marked_line(float_bitwise)
+    assert len(kiln_frames(info.value)) <= 1, kiln_frames(info.value)
+
+
+def test_shared_array_in_device_function() -> None:
+    @kiln.func
+    def makes_shared(x: f32) -> f32:
+        s = kiln.shared(f32, 4)  # error
+        s[0] = x
+        return s[0]
+
+    @kiln.kernel
+    def caller(a: f32[:]):
+        a[0] = makes_shared(a[1])
+
+    exc = compile_error(caller)
+    assert isinstance(exc, kiln.UnsupportedError) and "only be declared in kernels" in str(exc)
+    assert exc.line == marked_line(makes_shared)
+
+
+# ---------------------------------------------------------------- launches
+
+
+@kiln.kernel
+def scale(a: f32[:], out: f32[:], factor: f32, n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        out[i] = a[i] * factor
+
+
+@kiln.kernel
+def fill2d(m: f32[:, :]):
+    m[kiln.global_id(1), kiln.global_id(0)] = 1.0
+
+
+def args(**changes):
+    values = {"a": np.ones(N, np.float32), "out": np.zeros(N, np.float32), "factor": 2.0,
+              "n": N}
+    values.update(changes)
+    return tuple(values.values())
+
+
+@pytest.mark.parametrize(("launch_args", "grid", "block", "fragments"), [
+    (args()[:3], 1, 64, ["scale takes 4 argument(s)", "got 3"]),
+    (args() + (1,), 1, 64, ["scale takes 4 argument(s)", "got 5"]),
+    (args(a=np.ones(N, np.float64)), 1, 64, ["'a'", "f32[:]", "float64"]),
+    (args(a=np.ones((8, 8), np.float32)), 1, 64, ["'a'", "1-d", "(8, 8)"]),
+    (args(n=2**40), 1, 64, ["'n'", "does not fit i32"]),
+    (args(n=1.5), 1, 64, ["'n'", "expected an integer i32", "float 1.5"]),
+    (args(factor=np.ones(3, np.float32)), 1, 64, ["'factor'", "expected a scalar f32"]),
+    (args(out=3.0), 1, 64, ["'out'", "expected an array f32[:]"]),
+    (args(a="text"), 1, 64, ["'a'", "str 'text'"]),
+    (args(), 1, 4096, ["block", "threads per block"]),
+    (args(), 0, 64, ["grid dimension x must be at least 1, got 0"]),
+    (args(), (1, 1, 1, 1), 64, ["grid must be an int or a tuple of 1 to 3 ints"]),
+    (args(), 1, 64.0, ["block must be an int or a tuple of 1 to 3 ints"]),
+], ids=["too-few", "too-many", "dtype", "ndim", "range", "float-for-int", "array-for-scalar",
+        "scalar-for-array", "string", "block-too-large", "zero-grid", "4-d-grid", "float-block"])
+def test_launch_error(interp, launch_args, grid, block, fragments) -> None:
+    with pytest.raises(kiln.LaunchError) as info:
+        kiln.launch(scale, grid, block, launch_args, device=interp)
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+def test_launch_error_for_2d_array_of_wrong_ndim(interp) -> None:
+    with pytest.raises(kiln.LaunchError, match=r"'m'.*2-d"):
+        fill2d[(1, 1), (8, 8)](np.zeros(8, np.float32))
+
+
+def test_launch_error_traceback_has_no_kiln_internals(interp) -> None:
+    with pytest.raises(kiln.LaunchError) as info:
+        scale[1, 64](*args(n=2**40))
+    assert len(kiln_frames(info.value)) <= 1, kiln_frames(info.value)
+
+
+def test_array_on_another_device(interp, other_device) -> None:
+    a = kiln.to_device(np.ones(N, np.float32), other_device)
+    with pytest.raises(kiln.LaunchError, match=f"'a'.*{other_device.name}.*{interp.name}"):
+        kiln.launch(scale, 1, 64, args(a=a), device=interp)
+
+
+@pytest.mark.parametrize("spec", ["nonexistent", "interp:7", "interp:x"])
+def test_unknown_device(spec: str) -> None:
+    with pytest.raises(kiln.DeviceNotFoundError):
+        kiln.device(spec)
