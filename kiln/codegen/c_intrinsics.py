@@ -1,0 +1,59 @@
+"""The C-family spellings of the standard math intrinsics, registered under namespace "c".
+
+C99 `<math.h>` names with the `f` suffix selected for f32; integer `abs`/`min`/`max` use
+small helpers. Dialects override single entries under their own namespace (e.g. CUDA's
+`rsqrtf`). Index, sync and atomic intrinsics differ per backend and are not registered here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..framework.intrinsics import BINARY_FLOAT_MATH, UNARY_FLOAT_MATH, intrinsics
+from ..ir import nodes as ir
+from ..ir.types import ScalarType
+
+if TYPE_CHECKING:
+    from .emitter import CEmitter
+
+LIBM_NAMES = {"round": "rint"}  # round half to even, as Python and NumPy do
+
+
+def _arg_type(call: ir.IntrinsicCall) -> ScalarType:
+    t = call.args[0].type
+    assert isinstance(t, ScalarType)
+    return t
+
+
+_ARITY = {**{n: 1 for n in UNARY_FLOAT_MATH}, **{n: 2 for n in BINARY_FLOAT_MATH}, "fma": 3}
+
+
+def _libm(name: str) -> str:
+    """`sqrt{f}({0})`: the libm function, `f`-suffixed for f32 by the emitter."""
+    args = ", ".join(f"{{{i}}}" for i in range(_ARITY[name]))
+    return f"{LIBM_NAMES.get(name, name)}{{f}}({args})"
+
+
+def _numeric(kind: str, float_spelling: str):
+    """abs/min/max: libm for floats, a helper for integers."""
+
+    def spell(emitter: CEmitter, call: ir.IntrinsicCall, args: list[str]) -> str:
+        t = _arg_type(call)
+        if t.is_float:
+            return float_spelling.format(*args, f=emitter.float_suffix(t))
+        return f"{emitter.use_helper(kind, t)}({', '.join(args)})"
+
+    return spell
+
+
+C_MATH: dict[str, object] = {name: _libm(name) for name in _ARITY}
+C_MATH.update({
+    "rsqrt": "1 / sqrt{f}({0})",
+    "abs": _numeric("abs", "fabs{f}({0})"),
+    "min": _numeric("min", "fmin{f}({0}, {1})"),
+    "max": _numeric("max", "fmax{f}({0}, {1})"),
+    "isnan": "isnan({0})",
+    "isinf": "isinf({0})",
+})
+
+intrinsics.implement("c", C_MATH)

@@ -1,0 +1,632 @@
+"""The shared C-family emitter: one walker over lowered IR, specialised by dialect data.
+
+A dialect (cpu, cuda, opencl, ...) subclasses `CEmitter` and mostly sets class attributes:
+type names, qualifiers, literal suffixes, the prologue, its intrinsic namespaces (spellings
+come from the one registry, `kiln.framework.intrinsics`), helper templates. Where data is
+not enough it overrides a hook (`emit_kernel`, `var`, `element`) or registers a handler for
+a node kind with a predicate (`@handles(IntrinsicCall, when=...)`, DaCe's dispatcher).
+
+Intrinsic implementations for emitters are either a format string over the argument
+sources (`"atomicAdd({0}, {1})"`; keywords `{T}` result C type, `{f}` libm suffix) or a
+callable `(emitter, call, args) -> str`. Atomics receive the element's address as `{0}`.
+
+Every statement with a source location gets a `#line` directive when its line differs
+from the one the C compiler would assume, so compiler errors name the user's file:line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..framework.intrinsics import intrinsics
+from ..ir import nodes as ir
+from ..ir.enums import MemorySpace
+from ..ir.types import (
+    ArrayType,
+    ScalarType,
+    Type,
+    VoidType,
+    bool_,
+    f16,
+    f32,
+    f64,
+    i8,
+    i16,
+    i32,
+    i64,
+    u8,
+    u16,
+    u32,
+    u64,
+)
+from ..ir.visit import walk
+from ..lang.errors import UnsupportedError
+from .abi import function_abi
+from .helpers import C_HELPERS, HelperTemplate
+from .names import RESERVED, NameTable
+
+GENERATED_FILE = "<kiln>"
+"""The file name `#line` gives kiln's own lines (prologue, helpers, launch glue)."""
+
+PRIMARY, UNARY = 16, 15
+BINARY_PREC = {
+    "*": 13, "/": 13, "%": 13, "+": 12, "-": 12, "<<": 11, ">>": 11, "<": 10, "<=": 10,
+    ">": 10, ">=": 10, "==": 9, "!=": 9, "&": 8, "^": 7, "|": 6, "&&": 5, "||": 4,
+}
+TERNARY = 3
+BITWISE = {"<<", ">>", "&", "^", "|"}
+UNSIGNED_OF = {i8: u8, i16: u16, i32: u32, i64: u64}
+
+
+@dataclass(frozen=True)
+class CExpr:
+    """Emitted expression text and its C precedence (higher binds tighter)."""
+
+    text: str
+    prec: int = PRIMARY
+
+    def wrap(self, min_prec: int) -> str:
+        return self.text if self.prec >= min_prec else f"({self.text})"
+
+
+Handler = Callable[[Any, Any], Any]
+Predicate = Callable[[Any, Any], bool]
+
+
+def handles(node_type: type, when: Predicate | None = None) -> Callable[[Handler], Handler]:
+    """Mark an emitter method as the handler of `node_type` nodes for which `when` holds."""
+
+    def mark(method: Handler) -> Handler:
+        method._kiln_handles = (node_type, when or (lambda emitter, node: True))  # type: ignore
+        return method
+
+    return mark
+
+
+def _is_call_text(text: str) -> bool:
+    """Whether `text` is one identifier or one call `name(...)`, so it needs no parentheses."""
+    head = text.split("(", 1)[0]
+    if not head.replace("_", "a").replace(".", "a").isalnum() or head[:1].isdigit():
+        return False
+    if "(" not in text:
+        return True
+    depth = 0
+    for i, ch in enumerate(text[len(head):], len(head)):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0:
+            return i == len(text) - 1
+    return False
+
+
+class CEmitter:
+    """IR -> C-family source. Subclass and set the data below for a dialect."""
+
+    namespaces: ClassVar[tuple[str, ...]] = ("c",)
+    """Where intrinsic spellings are looked up, most specific first."""
+    type_names: ClassVar[dict[ScalarType, str]] = {
+        bool_: "bool", i8: "int8_t", i16: "int16_t", i32: "int32_t", i64: "int64_t",
+        u8: "uint8_t", u16: "uint16_t", u32: "uint32_t", u64: "uint64_t",
+        f16: "_Float16", f32: "float", f64: "double",
+    }
+    storage_names: ClassVar[dict[ScalarType, str]] = {}
+    """Element types in memory where they differ from value types (OpenCL: bool -> uchar)."""
+    literal_suffixes: ClassVar[dict[ScalarType, str]] = {u32: "u", i64: "LL", u64: "ULL"}
+    kernel_qualifier: ClassVar[str] = ""
+    function_qualifier: ClassVar[str] = "static inline"
+    helper_qualifier: ClassVar[str] = "static inline"
+    space_qualifiers: ClassVar[dict[MemorySpace, str]] = {}
+    """Qualifier on declarations of shared/local arrays (CUDA `__shared__`)."""
+    pointer_qualifiers: ClassVar[dict[MemorySpace, str]] = {}
+    """Qualifier on pointer parameters per memory space (OpenCL `__global`)."""
+    prologue: ClassVar[str] = "#include <stdint.h>\n#include <stdbool.h>\n#include <math.h>\n"
+    reserved: ClassVar[frozenset[str]] = RESERVED
+    half_math_via_float: ClassVar[bool] = True
+    """Compute f16 math, `//`, `%` and `**` in f32 (cast in and out)."""
+    implicit_index_params: ClassVar[bool] = False
+    """Pass the index intrinsics a device function uses as hidden parameters named
+    `kiln_<intrinsic>` (cpu); the dialect then spells index intrinsics by those names."""
+    helpers: ClassVar[dict[str, HelperTemplate]] = C_HELPERS
+    indent_unit: ClassVar[str] = "    "
+    _handlers: ClassVar[dict[type, list[tuple[Predicate, Handler]]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        table: dict[type, list[tuple[Predicate, Handler]]] = {}
+        for klass in cls.__mro__:  # most derived first, so subclasses win
+            for attr in vars(klass).values():
+                spec = getattr(attr, "_kiln_handles", None)
+                if spec is not None:
+                    table.setdefault(spec[0], []).append((spec[1], attr))
+        cls._handlers = table
+
+    # ------------------------------------------------------------ program
+
+    def emit(self, program: ir.Program) -> str:
+        """The whole translation unit: prologue, helpers, device functions, kernel."""
+        self.program = program
+        self._out: list[str] = []
+        self._depth = 0
+        self._pos: tuple[str, int] | None = None
+        self._helpers_used: dict[str, str] = {}
+        self._index_uses = self._index_uses_of(program) if self.implicit_index_params else {}
+        self.fnames = NameTable(self.reserved)
+        for f in [*program.functions, program.kernel]:
+            self.fnames.add(f.name)
+        recursive = self._needs_prototypes(program)
+        if recursive:
+            for f in program.functions:
+                self.begin_function(f)
+                self.line(self.function_signature(f) + ";")
+            self.line("")
+        for f in program.functions:
+            self.emit_function(f)
+            self.line("")
+        self.emit_kernel(program.kernel)
+        body, self._out = self._out, []
+        self.emit_prologue()
+        header = self._out
+        return self._finish([*header, *body])
+
+    def emit_prologue(self) -> None:
+        """The dialect's prologue, then the helpers this program uses."""
+        self._out += self.prologue.rstrip("\n").split("\n")
+        for text in self._helpers_used.values():
+            self._out += ["", *text.split("\n")]
+        self._out.append("")
+
+    def _finish(self, lines: list[str]) -> str:
+        """Resolve `#line` resets to kiln's own line numbers."""
+        out = []
+        for n, text in enumerate(lines, 1):
+            out.append(f'#line {n + 1} "{GENERATED_FILE}"' if text is _RESET else text)
+        return "\n".join(out) + "\n"
+
+    @staticmethod
+    def _needs_prototypes(program: ir.Program) -> bool:
+        seen: set[str] = set()
+        for f in program.functions:
+            seen.add(f.name)
+            if any(isinstance(n, ir.Call) and n.func not in seen for n in walk(f.body)):
+                return True
+        return False
+
+    def _index_uses_of(self, program: ir.Program) -> dict[str, list[str]]:
+        """Index intrinsics each device function uses, itself or through its callees."""
+        uses: dict[str, set[str]] = {}
+        for f in program.functions:  # callees come first
+            names: set[str] = set()
+            for n in walk(f.body):
+                if isinstance(n, ir.IntrinsicCall) and intrinsics[n.name].category == "index":
+                    names.add(n.name)
+                elif isinstance(n, ir.Call):
+                    names |= uses.get(n.func, set())
+            uses[f.name] = names
+        for f in program.functions:  # recursion: a second round reaches a fixed point
+            for n in walk(f.body):
+                if isinstance(n, ir.Call):
+                    uses[f.name] |= uses[n.func]
+        order = intrinsics.names("index")
+        return {name: [i for i in order if i in used] for name, used in uses.items()}
+
+    # ------------------------------------------------------------ output
+
+    def line(self, text: str, loc: ir.Loc | None = None) -> None:
+        """One line of output at the current indentation, mapped to `loc` when given."""
+        if loc is not None and self._pos != (loc.file, loc.line):
+            self._out.append(f'#line {loc.line} "{_escape(loc.file)}"')
+            self._pos = (loc.file, loc.line)
+        self._out.append(self.indent_unit * self._depth + text if text else "")
+        if self._pos is not None:
+            self._pos = (self._pos[0], self._pos[1] + 1)
+
+    def unmapped(self) -> None:
+        """Attribute the following lines to kiln's generated file again."""
+        if self._pos is not None:
+            self._out.append(_RESET)
+            self._pos = None
+
+    @contextlib.contextmanager
+    def indented(self, opener: str | None = None, closer: str = "}",
+                 loc: ir.Loc | None = None) -> Iterator[None]:
+        if opener is not None:
+            self.line(opener, loc)
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if closer:
+                self.line(closer)
+
+    # ------------------------------------------------------------ functions
+
+    def begin_function(self, func: ir.Function) -> None:
+        """Fresh names for one function: parameters and locals, then array dimensions."""
+        self.func = func
+        self.names = NameTable(self.reserved)
+        for p in func.params:
+            self.names.add(p.name)
+        for name in func.locals:
+            self.names.add(name)
+        self.dims: dict[tuple[str, int], str] = {}
+        for p in func.params:
+            if isinstance(p.type, ArrayType):
+                for axis in range(p.type.ndim):
+                    self.dims[(p.name, axis)] = self.names.fresh(
+                        f"{self.names[p.name]}_shape{axis}")
+
+    def param_decls(self, func: ir.Function) -> list[str]:
+        """C parameter declarations in ABI order (see `kiln.codegen.abi`)."""
+        out = []
+        for a in function_abi(func):
+            if a.kind == "pointer":
+                space = func.params[a.index].type.space  # type: ignore[union-attr]
+                qual = self.pointer_qualifiers.get(space, "")
+                out.append(f"{qual + ' ' if qual else ''}{self.storage_type(a.type)} "
+                           f"*{self.names[a.param]}")
+            elif a.kind == "dim":
+                out.append(f"{self.ctype(i32)} {self.dims[(a.param, a.axis)]}")
+            else:
+                # kernel scalars arrive as stored in memory (OpenCL has no bool argument)
+                ctype = self.storage_type(a.type) if func.is_kernel else self.ctype(a.type)
+                out.append(f"{ctype} {self.names[a.param]}")
+        if not func.is_kernel:
+            out += [f"{self.ctype(i32)} kiln_{n}" for n in self._index_uses.get(func.name, [])]
+        return out
+
+    def function_signature(self, func: ir.Function) -> str:
+        ret = self.return_type(func.return_type)
+        params = ", ".join(self.param_decls(func)) or "void"
+        return f"{self.function_qualifier} {ret} {self.fnames[func.name]}({params})"
+
+    def return_type(self, t: Type) -> str:
+        return "void" if isinstance(t, VoidType) else self.ctype(t)  # type: ignore[arg-type]
+
+    def emit_function(self, func: ir.Function) -> None:
+        self.begin_function(func)
+        with self.indented(self.function_signature(func) + " {", loc=func.loc):
+            self.declare_locals(func.locals)
+            self.block(func.body)
+        self.unmapped()
+
+    def emit_kernel(self, kernel: ir.Function) -> None:
+        """A GPU-style kernel function; the cpu dialect overrides this."""
+        self.begin_function(kernel)
+        params = ", ".join(self.param_decls(kernel)) or "void"
+        qual = f"{self.kernel_qualifier} " if self.kernel_qualifier else ""
+        with self.indented(f"{qual}void {self.fnames[kernel.name]}({params}) {{", loc=kernel.loc):
+            self.declare_locals(kernel.locals)
+            self.block(kernel.body)
+        self.unmapped()
+
+    def declare_locals(self, locals_: dict[str, Type]) -> None:
+        for name, t in locals_.items():
+            self.line(self.declaration(name, t))
+
+    def declaration(self, name: str, t: Type, cname: str | None = None) -> str:
+        cname = cname or self.names[name]
+        if isinstance(t, ArrayType):
+            qual = self.space_qualifiers.get(t.space, "")
+            return f"{qual + ' ' if qual else ''}{self.storage_type(t.elem)} {cname}[{t.size}];"
+        return f"{self.ctype(t)} {cname};"  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------ types and names
+
+    def ctype(self, t: ScalarType) -> str:
+        return self.type_names[t]
+
+    def storage_type(self, t: ScalarType) -> str:
+        return self.storage_names.get(t, self.type_names[t])
+
+    def var(self, name: str) -> str:
+        """How a variable is referenced (the cpu dialect redirects per-thread values)."""
+        return self.names[name]
+
+    def index_spelling(self, name: str) -> str:
+        return self.spell_intrinsic(name, [], i32).text
+
+    def use_helper(self, kind: str, t: ScalarType) -> str:
+        """Name of helper `kind` for type `t`, adding its definition to the prologue."""
+        name = f"kiln_{kind}_{t.name}"
+        if name not in self._helpers_used:
+            text = self.helpers[kind](t)
+            unsigned = UNSIGNED_OF.get(t, t)
+            for key, value in (("{Q}", self.helper_qualifier), ("{T}", self.ctype(t)),
+                               ("{U}", self.ctype(unsigned)), ("{t}", t.name),
+                               ("{F}", self.float_suffix(t))):
+                text = text.replace(key, value)
+            self._helpers_used[name] = text
+        return name
+
+    def float_suffix(self, t: Type) -> str:
+        """The libm suffix for a type: `f` for f32 (and f16 computed in f32)."""
+        return "f" if t in (f32, f16) else ""
+
+    # ------------------------------------------------------------ statements
+
+    def block(self, body: list[ir.Stmt]) -> None:
+        for s in body:
+            self.stmt(s)
+
+    def _dispatch(self, node: Any, prefix: str) -> Any:
+        for pred, method in self._handlers.get(type(node), ()):
+            if pred(self, node):
+                return method(self, node)
+        method = getattr(self, f"{prefix}_{type(node).__name__}", None)
+        if method is None:
+            raise UnsupportedError(f"{type(self).__name__} cannot emit {type(node).__name__}",
+                                   getattr(node, "loc", None))
+        return method(node)
+
+    def stmt(self, s: ir.Stmt) -> None:
+        self._dispatch(s, "stmt")
+
+    def stmt_Assign(self, s: ir.Assign) -> None:  # noqa: N802 - dispatched by class name
+        self.line(f"{self.var(s.target)} = {self.expr(s.value).text};", s.loc)
+
+    def stmt_Store(self, s: ir.Store) -> None:  # noqa: N802
+        self.line(f"{self.element(s.array, s.indices)} = {self.expr(s.value).text};", s.loc)
+
+    def stmt_ExprStmt(self, s: ir.ExprStmt) -> None:  # noqa: N802
+        self.line(f"{self.expr(s.expr).text};", s.loc)
+
+    def stmt_If(self, s: ir.If) -> None:  # noqa: N802
+        with self.indented(f"if ({self.expr(s.cond).text}) {{", closer="", loc=s.loc):
+            self.block(s.then)
+        rest = s.orelse
+        while len(rest) == 1 and isinstance(rest[0], ir.If):  # else if chains
+            elif_ = rest[0]
+            with self.indented(f"}} else if ({self.expr(elif_.cond).text}) {{", closer="",
+                               loc=elif_.loc):
+                self.block(elif_.then)
+            rest = elif_.orelse
+        if rest:
+            with self.indented("} else {", closer=""):
+                self.block(rest)
+        self.line("}")
+
+    def stmt_While(self, s: ir.While) -> None:  # noqa: N802
+        with self.indented(f"while ({self.expr(s.cond).text}) {{", loc=s.loc):
+            self.block(s.body)
+
+    def for_header(self, s: ir.For, var: str) -> str:
+        """`for (...)` with Python's range semantics (the step's sign decides the test)."""
+        start, stop = self.expr(s.start).text, self.expr(s.stop).wrap(BINARY_PREC["<"] + 1)
+        step = s.step
+        if isinstance(step, ir.Const):
+            test = f"{var} < {stop}" if step.value > 0 else f"{var} > {stop}"
+            inc = (f"{var}++" if step.value == 1 else f"{var}--" if step.value == -1
+                   else f"{var} += {self.expr(step).text}")
+        else:
+            st = self.expr(step).text
+            test = f"({st} > 0 ? {var} < {stop} : {st} < 0 && {var} > {stop})"
+            inc = f"{var} += {st}"
+        return f"for ({var} = {start}; {test}; {inc})"
+
+    def stmt_For(self, s: ir.For) -> None:  # noqa: N802
+        with self.indented(self.for_header(s, self.var(s.var)) + " {", loc=s.loc):
+            self.block(s.body)
+
+    def stmt_Break(self, s: ir.Break) -> None:  # noqa: N802
+        self.line("break;", s.loc)
+
+    def stmt_Continue(self, s: ir.Continue) -> None:  # noqa: N802
+        self.line("continue;", s.loc)
+
+    def stmt_Return(self, s: ir.Return) -> None:  # noqa: N802
+        value = "" if s.value is None else " " + self.expr(s.value).text
+        self.line(f"return{value};", s.loc)
+
+    # ------------------------------------------------------------ expressions
+
+    def expr(self, e: ir.Expr) -> CExpr:
+        return self._dispatch(e, "expr")
+
+    def literal(self, value: int | float | bool, t: ScalarType) -> CExpr:
+        if t.is_bool:
+            return CExpr("true" if value else "false")
+        if t.is_float:
+            v = float(value)
+            if v != v:
+                text = "NAN"
+            elif v in (float("inf"), float("-inf")):
+                text = "INFINITY" if v > 0 else "-INFINITY"
+            else:
+                text = repr(v) + ("f" if t in (f32, f16) else "")
+            if t is f16 or (t is f64 and not text[-1].isdigit()):
+                text = f"({self.ctype(t)}){text}"
+                return CExpr(text, UNARY)
+            return CExpr(text, UNARY if text.startswith("-") else PRIMARY)
+        v = int(value)
+        if t.bits < 32:
+            return CExpr(f"({self.ctype(t)}){v}", UNARY)
+        suffix = self.literal_suffixes.get(t, "")
+        lo, _ = t.range()
+        if v == lo and t.is_signed:
+            return CExpr(f"({-v - 1}{suffix} - 1)", PRIMARY)
+        return CExpr(f"{v}{suffix}", UNARY if v < 0 else PRIMARY)
+
+    def expr_Const(self, e: ir.Const) -> CExpr:  # noqa: N802
+        return self.literal(e.value, e.type)  # type: ignore[arg-type]
+
+    def expr_Var(self, e: ir.Var) -> CExpr:  # noqa: N802
+        return CExpr(self.var(e.name))
+
+    def cast(self, text: CExpr, t: ScalarType) -> CExpr:
+        return CExpr(f"({self.ctype(t)}){text.wrap(UNARY)}", UNARY)
+
+    def expr_Cast(self, e: ir.Cast) -> CExpr:  # noqa: N802
+        inner = self.expr(e.value)
+        if e.value.type == e.type:
+            return inner
+        if e.type is bool_:
+            return CExpr(f"{inner.wrap(BINARY_PREC['!='] + 1)} != 0", BINARY_PREC["!="])
+        return self.cast(inner, e.type)  # type: ignore[arg-type]
+
+    def binary(self, op: str, left: CExpr, right: CExpr) -> CExpr:
+        """`left op right`, parenthesised by C precedence and, for readers, around operands
+        of comparisons and bitwise operators that are not arithmetic or primary."""
+        prec = BINARY_PREC[op]
+        if op in BITWISE:
+            lp = prec if left.prec == prec and op in ("&", "^", "|") else UNARY
+            rp = UNARY
+        elif prec <= BINARY_PREC["<"]:
+            lp = rp = BINARY_PREC["+"]
+        else:
+            lp, rp = prec, prec + 1
+        return CExpr(f"{left.wrap(lp)} {op} {right.wrap(rp)}", prec)
+
+    def expr_BinOp(self, e: ir.BinOp) -> CExpr:  # noqa: N802
+        t = e.type
+        assert isinstance(t, ScalarType)
+        if t is f16 and self.half_math_via_float and e.op in ("//", "%", "**"):
+            inner = ir.BinOp(f32, e.op, ir.Cast(f32, e.left), ir.Cast(f32, e.right))
+            return self.cast(self.expr(inner), f16)
+        left, right = self.expr(e.left), self.expr(e.right)
+        if e.op in ("//", "%"):
+            return self.floor_op(e.op, left, right, e.right, t)
+        if e.op == "**":
+            if t.is_float:
+                return CExpr(f"pow{self.float_suffix(t)}({left.text}, {right.text})")
+            return CExpr(f"{self.use_helper('ipow', t)}({left.text}, {right.text})")
+        return self.binary(e.op, left, right)
+
+    def floor_op(self, op: str, left: CExpr, right: CExpr, divisor: ir.Expr,
+                 t: ScalarType) -> CExpr:
+        """Python's `//` and `%`: floor toward minus infinity, 0 for a zero divisor."""
+        if t.is_float:
+            if op == "//":
+                return CExpr(f"floor{self.float_suffix(t)}({left.wrap(13)} / {right.wrap(14)})")
+            return CExpr(f"{self.use_helper('floormod', t)}({left.text}, {right.text})")
+        if isinstance(divisor, ir.Const) and int(divisor.value) > 0:
+            d = int(divisor.value)
+            if not t.is_signed:
+                return self.binary("/" if op == "//" else "%", left, right)
+            if d & (d - 1) == 0:  # a power of two: arithmetic shift and mask floor
+                if op == "//":
+                    return self.binary(">>", left, self.literal(d.bit_length() - 1, i32))
+                return self.binary("&", left, self.literal(d - 1, t))
+        kind = "floordiv" if op == "//" else "floormod"
+        return CExpr(f"{self.use_helper(kind, t)}({left.text}, {right.text})")
+
+    def expr_UnaryOp(self, e: ir.UnaryOp) -> CExpr:  # noqa: N802
+        op = {"not": "!"}.get(e.op, e.op)
+        inner = self.expr(e.operand)
+        text = inner.wrap(UNARY)
+        if op in "-+" and text.startswith(op):
+            text = f"({text})"
+        return CExpr(f"{op}{text}", UNARY)
+
+    def expr_Compare(self, e: ir.Compare) -> CExpr:  # noqa: N802
+        return self.binary(e.op, self.expr(e.left), self.expr(e.right))
+
+    def expr_BoolOp(self, e: ir.BoolOp) -> CExpr:  # noqa: N802
+        op = "&&" if e.op == "and" else "||"
+        prec = BINARY_PREC[op]
+        parts = [self.expr(v).wrap(prec + 1) for v in e.values]
+        return CExpr(f" {op} ".join(parts), prec)
+
+    def expr_Select(self, e: ir.Select) -> CExpr:  # noqa: N802
+        c, a, b = self.expr(e.cond), self.expr(e.if_true), self.expr(e.if_false)
+        return CExpr(f"{c.wrap(TERNARY + 1)} ? {a.wrap(TERNARY + 1)} : {b.wrap(TERNARY)}",
+                     TERNARY)
+
+    def linear_index(self, array: ir.Var, indices: list[ir.Expr]) -> str:
+        """Row-major offset; 64-bit arithmetic for arrays whose size is not fixed."""
+        t = array.type
+        assert isinstance(t, ArrayType)
+        idx = [self.expr(i) for i in indices]
+        if len(idx) == 1:
+            return idx[0].text
+        if t.shape is not None:
+            acc = idx[0]
+            for axis in range(1, len(idx)):
+                acc = self.binary("+", self.binary("*", acc, CExpr(str(t.shape[axis]))),
+                                  idx[axis])
+            return acc.text
+        acc = self.cast(idx[0], i64)
+        for axis in range(1, len(idx)):
+            dim = CExpr(self.dims[(array.name, axis)])
+            acc = self.binary("+", self.binary("*", acc, dim), idx[axis])
+        return acc.text
+
+    def element(self, array: ir.Var, indices: list[ir.Expr]) -> str:
+        """The lvalue of one array element."""
+        return f"{self.var(array.name)}[{self.linear_index(array, indices)}]"
+
+    def expr_Load(self, e: ir.Load) -> CExpr:  # noqa: N802
+        return CExpr(self.element(e.array, e.indices))
+
+    def expr_ArrayDim(self, e: ir.ArrayDim) -> CExpr:  # noqa: N802
+        t = e.array.type
+        assert isinstance(t, ArrayType)
+        if t.shape is not None:
+            return CExpr(str(t.shape[e.axis]))
+        return CExpr(self.dims[(e.array.name, e.axis)])
+
+    def call_args(self, func: ir.Function, args: list[ir.Expr]) -> list[str]:
+        """Arguments in the callee's ABI order (arrays: pointer, then dimensions)."""
+        out = []
+        for a in args:
+            if isinstance(a.type, ArrayType):
+                assert isinstance(a, ir.Var)
+                out.append(self.var(a.name))
+                out += [self.expr(ir.ArrayDim(i32, a, axis)).text for axis in range(a.type.ndim)]
+            else:
+                out.append(self.expr(a).text)
+        out += [self.index_spelling(n) for n in self._index_uses.get(func.name, [])]
+        return out
+
+    def expr_Call(self, e: ir.Call) -> CExpr:  # noqa: N802
+        callee = self.program.function(e.func)
+        return CExpr(f"{self.fnames[e.func]}({', '.join(self.call_args(callee, e.args))})")
+
+    def expr_IntrinsicCall(self, e: ir.IntrinsicCall) -> CExpr:  # noqa: N802
+        spec = intrinsics[e.name]
+        if spec.category == "atomic":
+            array = e.args[0]
+            assert isinstance(array, ir.Var) and isinstance(array.type, ArrayType)
+            nidx = array.type.ndim
+            address = f"&{self.element(array, e.args[1:1 + nidx])}"
+            args = [address, *(self.expr(a).text for a in e.args[1 + nidx:])]
+            return self._spelled(e, args, e.type)
+        arg_types = [a.type for a in e.args]
+        if self.half_math_via_float and spec.category == "math" and f16 in (e.type, *arg_types):
+            args = [self.cast(self.expr(a), f32).text if a.type is f16 else self.expr(a).text
+                    for a in e.args]
+            result = self._spelled(e, args, f32)
+            return self.cast(result, f16) if e.type is f16 else result
+        return self._spelled(e, [self.expr(a).text for a in e.args],
+                             arg_types[0] if arg_types else e.type)
+
+    def spell_intrinsic(self, name: str, args: list[str], t: Type,
+                        call: ir.IntrinsicCall | None = None) -> CExpr:
+        impl = intrinsics.implementation(name, self.namespaces)
+        if impl is None:
+            raise UnsupportedError(f"intrinsic {name} has no implementation for "
+                                   f"{type(self).__name__} (namespaces {self.namespaces})",
+                                   call.loc if call else None)
+        if callable(impl):
+            text = impl(self, call, args)
+        else:
+            ctype = self.ctype(t) if isinstance(t, ScalarType) else "void"
+            text = impl.format(*args, T=ctype, f=self.float_suffix(t))
+        return CExpr(text) if _is_call_text(text) else CExpr(f"({text})")
+
+    def _spelled(self, e: ir.IntrinsicCall, args: list[str], t: Type) -> CExpr:
+        return self.spell_intrinsic(e.name, args, t, e)
+
+
+class _Reset(str):
+    """Marker line: a `#line` back to kiln's generated file, numbered at the end."""
+
+
+_RESET = _Reset("")
+
+
+def _escape(path: str) -> str:
+    return path.replace("\\", "\\\\").replace('"', '\\"')

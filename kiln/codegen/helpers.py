@@ -1,0 +1,72 @@
+"""Small C helper functions the emitter adds to a program only when it uses them.
+
+Each helper is a template over: `{Q}` the dialect's helper qualifier, `{T}` the C type,
+`{U}` the unsigned C type of the same width, `{t}` the kiln type name and `{F}` the libm
+suffix (`f` for f32). A helper is named `kiln_<kind>_<t>`; dialects add kinds (atomics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..ir.types import ScalarType
+
+HelperTemplate = Callable[[ScalarType], str]
+
+
+def _floordiv(t: ScalarType) -> str:
+    if not t.is_signed:
+        return "{Q} {T} kiln_floordiv_{t}({T} a, {T} b) { return b == 0 ? 0 : a / b; }"
+    return """{Q} {T} kiln_floordiv_{t}({T} a, {T} b) {
+    if (b == 0) return 0;
+    if (b == -1) return ({T})(0 - ({U})a);
+    {T} q = a / b;
+    return (q * b != a && (a < 0) != (b < 0)) ? q - 1 : q;
+}"""
+
+
+def _floormod(t: ScalarType) -> str:
+    if t.is_float:
+        return "{Q} {T} kiln_floormod_{t}({T} a, {T} b) { return a - floor{F}(a / b) * b; }"
+    if not t.is_signed:
+        return "{Q} {T} kiln_floormod_{t}({T} a, {T} b) { return b == 0 ? 0 : a % b; }"
+    return """{Q} {T} kiln_floormod_{t}({T} a, {T} b) {
+    if (b == 0 || b == -1) return 0;
+    {T} r = a % b;
+    return (r != 0 && (r < 0) != (b < 0)) ? r + b : r;
+}"""
+
+
+def _ipow(t: ScalarType) -> str:
+    negative = ("    if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;\n"
+                if t.is_signed else "")
+    return ("{Q} {T} kiln_ipow_{t}({T} b, {T} e) {\n" + negative + """\
+    {U} r = 1, x = ({U})b, n = ({U})e;
+    while (n) {
+        if (n & 1) r *= x;
+        x *= x;
+        n >>= 1;
+    }
+    return ({T})r;
+}""")
+
+
+def _minmax(op: str, name: str) -> HelperTemplate:
+    text = f"{{Q}} {{T}} kiln_{name}_{{t}}({{T}} a, {{T}} b) {{ return a {op} b ? a : b; }}"
+    return lambda t: text
+
+
+def _abs(t: ScalarType) -> str:
+    if not t.is_signed:
+        return "{Q} {T} kiln_abs_{t}({T} a) { return a; }"
+    return "{Q} {T} kiln_abs_{t}({T} a) { return a < 0 ? ({T})(0 - ({U})a) : a; }"
+
+
+C_HELPERS: dict[str, HelperTemplate] = {
+    "floordiv": _floordiv,
+    "floormod": _floormod,
+    "ipow": _ipow,
+    "min": _minmax("<", "min"),
+    "max": _minmax(">", "max"),
+    "abs": _abs,
+}
