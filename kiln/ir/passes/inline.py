@@ -216,7 +216,9 @@ class _Returns:
         body = _nest(body)
         if _returns_only_at_tail(body):
             return self.exits(body, depth=None)
-        loop_body = [*self.exits(body, depth=0), ir.Break(loc=self.loc)]
+        loop_body = self.exits(body, depth=0)
+        if not (loop_body and isinstance(loop_body[-1], ir.Break)):
+            loop_body.append(ir.Break(loc=self.loc))
         once = ir.While(ir.Const(bool_, True, loc=self.loc), loop_body, loc=self.loc)
         if self.flag is None:
             return [once]
