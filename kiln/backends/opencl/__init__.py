@@ -1,0 +1,166 @@
+"""The `opencl` backend: OpenCL C through pyopencl, on any OpenCL platform (PoCL, NVIDIA, ...).
+
+Every device of every platform is a kiln device `opencl:N`. A GPU ranks above the `cpu`
+backend, a CPU device (PoCL's) below it. This module imports without pyopencl; the backend
+is then unavailable and says why.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...framework.backend import (
+    Availability,
+    Capabilities,
+    DeviceKind,
+    Dim3,
+    JITBackend,
+    Pass,
+)
+from ...framework.registry import register_backend
+from ...ir import nodes as ir
+from ...ir.passes import pipeline_for
+from ...ir.visit import walk
+from ...lang.errors import UnsupportedError
+from ...runtime.array import DeviceArray
+from . import runtime
+from .build import Built, build
+from .codegen import OpenCLEmitter
+
+if TYPE_CHECKING:
+    from ...runtime.device import Device
+
+KERNEL_NAME = re.compile(r"__kernel void (\w+)")
+PRIORITY = {DeviceKind.GPU: 80, DeviceKind.ACCELERATOR: 60, DeviceKind.CPU: 30}
+"""Device priorities: the `cpu` backend is 50, so an OpenCL GPU wins and PoCL's CPU loses."""
+
+
+class OpenCLBackend(JITBackend):
+    name = "opencl"
+    intrinsic_namespaces = OpenCLEmitter.namespaces
+    priority = max(PRIORITY.values())
+
+    def __init__(self) -> None:
+        self._devices: list[runtime.CLDevice] | None = None
+
+    # ------------------------------------------------------------ devices
+
+    def _discover(self) -> list[runtime.CLDevice]:
+        if self._devices is None:
+            self._devices = runtime.discover()
+        return self._devices
+
+    def availability(self) -> Availability:
+        try:
+            runtime.import_pyopencl()
+        except ImportError as exc:
+            return Availability(False, f"pyopencl is not installed ({exc}); "
+                                       "install kiln[opencl]")
+        try:
+            devices = self._discover()
+        except Exception as exc:  # no ICD loader, no platform, a broken driver
+            return Availability(False, f"no OpenCL platform: {exc}")
+        if not devices:
+            return Availability(False, "OpenCL platforms have no devices")
+        return Availability(True)
+
+    def device_handles(self) -> Sequence[tuple[Any, Capabilities]]:
+        return [(h, runtime.capabilities(h)) for h in self._discover()]
+
+    def device_priority(self, capabilities: Capabilities, backend_priority: int) -> int:
+        return PRIORITY.get(capabilities.kind, PRIORITY[DeviceKind.ACCELERATOR])
+
+    def pipeline(self, device: Device | None) -> Sequence[Pass]:
+        return [reject_recursion, *pipeline_for(device)]
+
+    def build_identity(self, device: Device) -> str:
+        return device.handle.identity
+
+    # ------------------------------------------------------------ code
+
+    def generate_source(self, program: ir.Program) -> str:
+        return OpenCLEmitter().emit(program)
+
+    def compile(self, source: str, device: Device, options: dict[str, Any]) -> Built:
+        name = KERNEL_NAME.search(source)
+        return build(device.handle, source, options, name[1] if name else "kernel")
+
+    def launch(self, routine: Built, grid: Dim3, block: Dim3, args: Sequence[Any],
+               stream: Any) -> None:
+        cl = runtime.import_pyopencl()
+        kernel = routine.kernel
+        kernel.set_args(*flatten(args))
+        global_size = tuple(g * b for g, b in zip(grid, block))
+        cl.enqueue_nd_range_kernel(stream, kernel, global_size, block)
+
+    # ------------------------------------------------------------ memory
+
+    def allocate(self, device: Device, nbytes: int) -> Any:
+        return runtime.allocate(device.handle, nbytes)
+
+    def free(self, buffer: Any) -> None:
+        buffer.release()
+
+    def wrap_host(self, device: Device, array: np.ndarray) -> Any | None:
+        return runtime.wrap_host(device.handle, array)
+
+    def copy_host_to_device(self, dst: Any, src: np.ndarray, stream: Any) -> None:
+        runtime.copy_host_to_device(stream, dst, src)
+
+    def copy_device_to_host(self, dst: np.ndarray, src: Any, stream: Any) -> None:
+        runtime.copy_device_to_host(stream, dst, src)
+
+    def copy_device_to_device(self, dst: Any, src: Any, nbytes: int, stream: Any) -> None:
+        runtime.copy_device_to_device(stream, dst, src, nbytes)
+
+    # ------------------------------------------------------------ queues and events
+
+    def create_stream(self, device: Device) -> Any:
+        return runtime.create_queue(device.handle)
+
+    def synchronize_stream(self, stream: Any) -> None:
+        stream.finish()
+
+    def create_event(self, device: Device) -> runtime.CLEvent:
+        return runtime.CLEvent()
+
+    def record_event(self, event: runtime.CLEvent, stream: Any) -> None:
+        runtime.record(event, stream)
+
+    def synchronize_event(self, event: runtime.CLEvent) -> None:
+        runtime.wait(event)
+
+    def elapsed_ms(self, start: runtime.CLEvent, end: runtime.CLEvent) -> float:
+        return runtime.elapsed_ms(start, end)
+
+
+def flatten(args: Sequence[Any]) -> list[Any]:
+    """Kernel arguments in the shared ABI: each array as its buffer then its i32 dimensions,
+    each scalar as the NumPy scalar the executor made."""
+    out: list[Any] = []
+    for a in args:
+        if isinstance(a, DeviceArray):
+            out.append(a.buffer)
+            out += [np.int32(n) for n in a.shape]
+        else:
+            out.append(a)
+    return out
+
+
+def reject_recursion(program: ir.Program) -> ir.Program:
+    """OpenCL C has no recursion: UnsupportedError at a device function's call of itself."""
+    for func in program.functions:
+        for node in walk(func.body):
+            if isinstance(node, ir.Call) and node.func == func.name:
+                raise UnsupportedError(
+                    f"`{func.name}` calls itself, and OpenCL C does not allow recursion "
+                    "(rewrite it as a loop, or use another backend)", node.loc or func.loc)
+    return program
+
+
+backend = OpenCLBackend()
+register_backend(backend, priority=backend.priority)

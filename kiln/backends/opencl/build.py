@@ -1,0 +1,99 @@
+"""Building OpenCL programs: build environment, binaries through the compile cache, logs.
+
+The compiler is the device's driver, so the build environment is the platform, the device
+and the driver version, with the build options; program binaries are cached under that
+key. A build log's first error is mapped back to the user's Python line (the emitter writes
+`#line` directives) by the shared diagnostics.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...codegen.diagnostics import compile_error
+from ...framework.buildenv import BuildEnv
+from ...framework.cache import CacheEntry, cache_key
+from .runtime import CLDevice, import_pyopencl
+
+if TYPE_CHECKING:
+    import pyopencl as cl
+
+STANDARD = "-cl-std=CL1.2"
+FAST_MATH = "-cl-fast-relaxed-math"
+
+_POCL_DIAGNOSTIC = re.compile(r"^error: (.+?:\d+:\d+): ", re.MULTILINE)
+"""PoCL writes `error: FILE:LINE:COL: message`; clang and NVIDIA `FILE:LINE:COL: error: ...`."""
+
+
+def build_env(handle: CLDevice, options: dict[str, Any]) -> BuildEnv:
+    """The driver that compiles for `handle` and the flags for a kernel's options."""
+    flags = [STANDARD]
+    if options.get("fastmath"):
+        flags.append(FAST_MATH)
+    platform = handle.platform
+    return BuildEnv("opencl", (platform.name.strip(),), platform.version.strip(), tuple(flags),
+                    extra=(("device", handle.identity),))
+
+
+@dataclass(eq=False)
+class Built:
+    """A built program and its one kernel, ready to launch on one device."""
+
+    program: cl.Program
+    kernel: cl.Kernel
+
+
+def build(handle: CLDevice, source: str, options: dict[str, Any], label: str) -> Built:
+    """The program for `source`: from the in-memory or disk cache, else built from source."""
+    env = build_env(handle, options)
+    key = cache_key("opencl", source, env, handle.identity)
+    fresh: list[Built] = []
+
+    def from_source() -> bytes:
+        built = build_from_source(handle, source, list(env.flags))
+        fresh.append(built)
+        return binary_of(built.program)
+
+    def load(entry: CacheEntry) -> Built:
+        if fresh:
+            return fresh[0]
+        built = build_from_binary(handle, entry.payload, list(env.flags))
+        return built if built is not None else build_from_source(handle, source, list(env.flags))
+
+    return handle.cache.get_or_build(key, from_source, load, label)
+
+
+def build_from_source(handle: CLDevice, source: str, flags: list[str]) -> Built:
+    cl = import_pyopencl()
+    try:
+        program = cl.Program(handle.context, source).build(
+            options=flags, devices=[handle.device], cache_dir=False)
+    except cl.Error as exc:
+        log = _POCL_DIAGNOSTIC.sub(r"\1: error: ", str(exc))
+        compiler = f"OpenCL ({handle.platform.name.strip()}, {handle.device.name.strip()})"
+        raise compile_error(log, source, compiler) from None
+    return _single_kernel(program)
+
+
+def build_from_binary(handle: CLDevice, binary: bytes, flags: list[str]) -> Built | None:
+    """A program from a cached binary, or None when the driver refuses it."""
+    cl = import_pyopencl()
+    try:
+        program = cl.Program(handle.context, [handle.device], [binary]).build(options=flags)
+    except cl.Error:
+        return None
+    return _single_kernel(program)
+
+
+def binary_of(program: cl.Program) -> bytes:
+    cl = import_pyopencl()
+    return bytes(program.get_info(cl.program_info.BINARIES)[0])
+
+
+def _single_kernel(program: cl.Program) -> Built:
+    kernels = program.all_kernels()
+    if len(kernels) != 1:
+        raise RuntimeError(f"an OpenCL program from kiln has {len(kernels)} kernels, not 1")
+    return Built(program, kernels[0])
