@@ -7,7 +7,6 @@ backend, a bad FILE.py:KERNEL) print one message and exit with status 2, no trac
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.util
 import re
 import subprocess
@@ -222,19 +221,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_cache(args: argparse.Namespace) -> int:
     """Show or clear the on-disk compile cache."""
-    try:
-        cache = importlib.import_module("kiln.framework.cache")
-    except ImportError as exc:
-        raise UsageError(f"the compile cache is not available ({exc})") from None
+    from .framework import cache
+
     if args.action == "clear":
-        removed = cache.clear()
-        out.print(f"cleared the kiln cache ({removed})" if removed is not None
-                  else "cleared the kiln cache")
+        removed = cache.clear(args.backend)
+        out.print(f"removed {removed} cache entr{'y' if removed == 1 else 'ies'}")
         return 0
-    info = cache.info()
     table = Table(title="kiln compile cache", title_justify="left", show_header=False)
-    for key, value in (info.items() if isinstance(info, dict) else vars(info).items()):
-        table.add_row(escape(str(key)), _bytes(value) if "bytes" in key else _cell(value))
+    for key, value in cache.info().items():
+        table.add_row(escape(key), _bytes(value) if key.endswith("bytes") else _cell(value))
     out.print(table)
     return 0
 
@@ -272,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="passed to each script")
     p = command("cache", cmd_cache, "show or clear the on-disk compile cache")
     p.add_argument("action", choices=("info", "clear"), nargs="?", default="info")
+    p.add_argument("--backend", "-b", help="clear only this backend's entries")
     return parser
 
 
@@ -280,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except USER_ERRORS as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         return USAGE_EXIT
     except KeyboardInterrupt:
         return 130
