@@ -1,0 +1,85 @@
+"""The `interp` backend: kernels run by a NumPy interpreter of the IR (SIMT as SIMD).
+
+Always available, needing nothing but NumPy: device memory is host memory, launches go on a
+host stream (a worker thread), and `execute` compiles the IR once into closures that run
+every statement for all threads of a chunk of blocks at once (see `executor`).
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from ...framework.backend import (
+    Availability,
+    Capabilities,
+    DeviceKind,
+    Dim3,
+    DirectBackend,
+)
+from ...framework.intrinsics import ATOMIC_TYPES
+from ...framework.registry import register_backend
+from ...ir.nodes import Program
+from ...runtime.host import HostMemoryMixin, HostStream
+from . import intrinsics as _intrinsics  # noqa: F401 - registers the implementations
+from .executor import ProgramCode
+
+
+def _host_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+class InterpBackend(HostMemoryMixin, DirectBackend):
+    """Runs kernels with NumPy on the host; one device, `interp:0`."""
+
+    name = "interp"
+    intrinsic_namespaces = ("interp",)
+
+    def __init__(self) -> None:
+        self._code: weakref.WeakKeyDictionary[Program, ProgramCode] = (
+            weakref.WeakKeyDictionary())
+
+    def availability(self) -> Availability:
+        return Availability(True)
+
+    def device_handles(self) -> Sequence[tuple[Any, Capabilities]]:
+        caps = Capabilities(
+            backend=self.name,
+            name="NumPy interpreter",
+            kind=DeviceKind.CPU,
+            max_threads_per_block=1024,
+            max_block_dims=(1024, 1024, 64),
+            max_grid_dims=(2**31 - 1, 65535, 65535),
+            shared_memory_per_block=48 * 1024,
+            compute_units=1,
+            global_memory=_host_memory(),
+            warp_size=1,
+            fp64=True,
+            fp16=True,
+            atomics=frozenset(ATOMIC_TYPES),
+            unified_memory=True,
+            arch="numpy",
+        )
+        return [(None, caps)]
+
+    def code(self, program: Program) -> ProgramCode:
+        """The program compiled to closures (once per program)."""
+        code = self._code.get(program)
+        if code is None:
+            code = self._code[program] = ProgramCode(program, self.intrinsic_namespaces)
+        return code
+
+    def execute(self, program: Program, grid: Dim3, block: Dim3, args: Sequence[Any],
+                stream: HostStream) -> None:
+        code = self.code(program)
+        bound = code.bind(args)
+        stream.enqueue(lambda: code.run(grid, block, bound))
+
+
+backend = InterpBackend()
+register_backend(backend, priority=10)
