@@ -45,8 +45,9 @@ class Specialization:
 
 
 def as_dim3(value: int | Sequence[int], what: str) -> Dim3:
-    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
+    dims = (value,) if isinstance(value, (int, np.integer)) else value
+    if not isinstance(dims, (tuple, list)) or not 1 <= len(dims) <= 3 \
+            or not all(isinstance(d, (int, np.integer)) for d in dims):
         raise LaunchError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
     padded = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
     return padded  # type: ignore[return-value]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..ir.types import Type
-from .errors import KernelError
+from .errors import KernelError, LaunchError
 
 if TYPE_CHECKING:
     from ..framework.backend import Backend
@@ -26,7 +26,7 @@ def _user_facing(method: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
-        except KernelError as exc:
+        except (KernelError, LaunchError) as exc:
             raise exc.with_traceback(None) from None
 
     return wrapper  # type: ignore[return-value]
@@ -132,6 +132,7 @@ class Launcher:
     def __init__(self, kernel: Kernel, grid: Any, block: Any, stream: Stream | None = None):
         self.kernel, self.grid, self.block, self.stream = kernel, grid, block, stream
 
+    @_user_facing
     def __call__(self, *args: Any) -> None:
         return launch(self.kernel, self.grid, self.block, args, stream=self.stream)
 
