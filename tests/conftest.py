@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import kiln
+from kiln.backends.interp import InterpBackend
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,3 +39,24 @@ def run_python(code: str, env: dict[str, str] | None = None) -> subprocess.Compl
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True,
                           text=True, timeout=120, cwd=REPO)
+
+
+class MirrorBackend(InterpBackend):
+    """A third-party backend, as a plugin would write one: kiln's NumPy executor under its
+    own name, with its own device, registered through the public `kiln.register_backend`."""
+
+    name = "mirror"
+
+
+@pytest.fixture(scope="session")
+def mirror() -> kiln.Device:
+    """The device of the third-party `mirror` backend (registered on first use)."""
+    if "mirror" not in {entry.name for entry in kiln.backends()}:
+        kiln.register_backend(MirrorBackend(), priority=1)
+    return kiln.device("mirror")
+
+
+@pytest.fixture(scope="session")
+def other_device(interp: kiln.Device, mirror: kiln.Device) -> kiln.Device:
+    """A device other than interp's."""
+    return mirror

@@ -516,12 +516,14 @@ def args(**changes):
     (args(factor=np.ones(3, np.float32)), 1, 64, ["'factor'", "expected a scalar f32"]),
     (args(out=3.0), 1, 64, ["'out'", "expected an array f32[:]"]),
     (args(a="text"), 1, 64, ["'a'", "str 'text'"]),
-    (args(), 1, 4096, ["block", "threads per block"]),
+    (args(), 1, 4096, ["block dimension x is 4096", "limit of 1024"]),
+    (args(), 1, (32, 32, 2), ["32x32x2 = 2048 threads", "threads per block"]),
     (args(), 0, 64, ["grid dimension x must be at least 1, got 0"]),
     (args(), (1, 1, 1, 1), 64, ["grid must be an int or a tuple of 1 to 3 ints"]),
     (args(), 1, 64.0, ["block must be an int or a tuple of 1 to 3 ints"]),
 ], ids=["too-few", "too-many", "dtype", "ndim", "range", "float-for-int", "array-for-scalar",
-        "scalar-for-array", "string", "block-too-large", "zero-grid", "4-d-grid", "float-block"])
+        "scalar-for-array", "string", "block-dim-too-large", "block-too-large", "zero-grid",
+        "4-d-grid", "float-block"])
 def test_launch_error(interp, launch_args, grid, block, fragments) -> None:
     with pytest.raises(kiln.LaunchError) as info:
         kiln.launch(scale, grid, block, launch_args, device=interp)
