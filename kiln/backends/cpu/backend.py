@@ -1,0 +1,169 @@
+"""The `cpu` backend: IR -> C11 + OpenMP -> the system C compiler -> ctypes -> launch."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import struct
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...codegen.abi import AbiParam, abi_values, kernel_abi
+from ...codegen.diagnostics import compile_error
+from ...framework.backend import Availability, Capabilities, DeviceKind, Dim3, JITBackend
+from ...framework.buildenv import BuildEnv, ToolNotFoundError
+from ...framework.cache import CacheEntry, CompileCache, cache_key
+from ...framework.intrinsics import ATOMIC_TYPES
+from ...ir.nodes import Program
+from ...runtime.host import HostMemoryMixin, HostStream
+from .emitter import SLOT, CpuEmitter
+from .toolchain import OPTION_FLAGS, compile_command, toolchain
+
+MAX_THREADS_PER_BLOCK = 1024
+SHARED_MEMORY_PER_BLOCK = 64 * 1024
+STRUCT_CODES = {"bool_": "?", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B",
+                "u16": "H", "u32": "I", "u64": "Q", "f16": "e", "f32": "f", "f64": "d"}
+
+
+def launch_format(abi: Sequence[AbiParam]) -> struct.Struct:
+    """The launch slots: ABI values, grid and block dims, OpenMP threads; 8 bytes each."""
+    codes = []
+    for p in abi:
+        code = "Q" if p.kind == "pointer" else STRUCT_CODES[p.type.name]
+        codes.append(f"{code}{SLOT - struct.calcsize('=' + code)}x")
+    codes += ["i4x"] * 7
+    return struct.Struct("=" + "".join(codes))
+
+
+@dataclass
+class CpuRoutine:
+    """A loaded kernel: the entry point, its library (kept alive) and how to pack a launch."""
+
+    entry: Any
+    library: ctypes.CDLL
+    abi: list[AbiParam]
+    layout: struct.Struct
+    path: Path
+
+
+def _num_threads() -> int:
+    env = os.environ.get("KILN_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+class CpuBackend(HostMemoryMixin, JITBackend):
+    """Kernels compiled to C with OpenMP: blocks on cores, threads as SIMD-friendly loops."""
+
+    name = "cpu"
+    priority = 50
+    intrinsic_namespaces = ("cpu", "c")
+
+    def __init__(self) -> None:
+        self.cache = CompileCache("cpu", ".so")
+        self._abis: dict[str, list[AbiParam]] = {}  # generated source -> its kernel's ABI
+
+    def availability(self) -> Availability:
+        try:
+            toolchain()
+        except (ToolNotFoundError, OSError, subprocess.SubprocessError) as exc:
+            return Availability(False, str(exc))
+        return Availability(True)
+
+    def device_handles(self) -> Sequence[tuple[Any, Capabilities]]:
+        tc = toolchain()
+        threads = _num_threads()
+        caps = Capabilities(
+            backend="cpu", name=_cpu_name(), kind=DeviceKind.CPU,
+            max_threads_per_block=MAX_THREADS_PER_BLOCK,
+            max_block_dims=(MAX_THREADS_PER_BLOCK, MAX_THREADS_PER_BLOCK, 64),
+            max_grid_dims=(2**31 - 1, 65535, 65535),
+            shared_memory_per_block=SHARED_MEMORY_PER_BLOCK, compute_units=threads,
+            global_memory=_memory_bytes(), warp_size=1, fp64=True, fp16=tc.fp16,
+            atomics=frozenset(ATOMIC_TYPES), unified_memory=True, arch=tc.arch,
+        )
+        return [(threads, caps)]
+
+    def build_identity(self, device: Any) -> str:
+        return toolchain().env.identity + (device.capabilities.arch if device else "")
+
+    def build_env(self, options: dict[str, Any] | None = None) -> BuildEnv:
+        """The build environment, with the flags kernel options ask for."""
+        flags = [f for k, v in (options or {}).items() if v for f in OPTION_FLAGS.get(k, ())]
+        return toolchain().env.with_flags(*flags)
+
+    # ------------------------------------------------------------ JIT
+
+    def generate_source(self, program: Program) -> str:
+        source = CpuEmitter().emit(program)
+        self._abis[source] = kernel_abi(program)
+        return source
+
+    def compile(self, source: str, device: Any, options: dict[str, Any]) -> CpuRoutine:
+        abi = self._abis.get(source)
+        if abi is None:
+            raise ValueError("the cpu backend compiles only source from its generate_source")
+        env = self.build_env(options)
+        key = cache_key("cpu", source, env, toolchain().arch, options)
+        return self.cache.get_or_build(key, lambda: _compile(env, source),
+                                       lambda entry: _load(entry, abi), _kernel_name(source))
+
+    def launch(self, routine: CpuRoutine, grid: Dim3, block: Dim3, args: Sequence[Any],
+               stream: HostStream) -> None:
+        values = abi_values(routine.abi, args, lambda a: a.buffer.ctypes.data)
+        packed = routine.layout.pack(*values, *grid, *block, _num_threads())
+        keep = [a.buffer for a in args if hasattr(a, "buffer")]  # alive until the launch ran
+
+        def run() -> None:
+            routine.entry(packed)
+            keep.clear()
+
+        stream.enqueue(run)
+
+
+def _kernel_name(source: str) -> str:
+    for line in source.splitlines():
+        if line.startswith("static void "):
+            return line[len("static void "):].split("(", 1)[0]
+    return "kernel"
+
+
+def _compile(env: BuildEnv, source: str) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="kiln-cpu-") as tmp:
+        out = str(Path(tmp) / "kernel.so")
+        result = subprocess.run(compile_command(env, out), input=source, capture_output=True,
+                                text=True)
+        if result.returncode != 0:
+            raise compile_error(result.stderr or result.stdout, source, "cpu")
+        return Path(out).read_bytes()
+
+
+def _load(entry: CacheEntry, abi: list[AbiParam]) -> CpuRoutine:
+    library = ctypes.CDLL(str(entry.path))
+    fn = library.kiln_entry
+    fn.argtypes = [ctypes.c_char_p]
+    fn.restype = None
+    return CpuRoutine(fn, library, abi, launch_format(abi), entry.path)

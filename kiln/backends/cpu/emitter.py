@@ -1,0 +1,247 @@
+"""The cpu dialect: C11 + OpenMP, blocks in parallel, threads as vectorisable loops.
+
+The kernel becomes a C function whose blocks are an OpenMP `for` loop; inside a block,
+each barrier region (see `regions.py`) is a loop over the block's threads, x fastest, so
+gcc vectorises across threads. An `kiln_entry(args)` wrapper unpacks the launch slots
+(see `backend.launch_layout`) and calls the kernel.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ...codegen.abi import function_abi
+from ...codegen.emitter import CEmitter, CExpr, handles
+from ...codegen.helpers import C_HELPERS, HelperTemplate
+from ...ir import nodes as ir
+from ...ir.enums import MemorySpace
+from ...ir.types import ArrayType, i32
+from .atomics import ATOMIC_HELPERS
+from .regions import Barrier, BlockIf, BlockJump, BlockLoop, Item, Region, plan_kernel
+
+AXES = "xyz"
+LAUNCH_DIMS = [f"kiln_{base}_{a}" for base in ("grid_dim", "block_dim") for a in AXES]
+NUM_THREADS = "kiln_num_threads"
+SLOT = 8  # bytes per launch slot
+
+PROLOGUE = """\
+#include <stdint.h>
+#include <stdbool.h>
+#include <string.h>
+#include <math.h>
+
+/* Runs the statement after it once per thread of the block, x fastest. SIMT threads of a
+   region have no ordering between them, so the x loop may run as SIMD lanes. */
+#define KILN_FOR_EACH_THREAD \\
+for (int32_t kiln_thread_idx_z = 0; kiln_thread_idx_z < kiln_block_dim_z; kiln_thread_idx_z++) \\
+for (int32_t kiln_thread_idx_y = 0; kiln_thread_idx_y < kiln_block_dim_y; kiln_thread_idx_y++) \\
+_Pragma("GCC ivdep") \\
+for (int32_t kiln_thread_idx_x = 0; kiln_thread_idx_x < kiln_block_dim_x; kiln_thread_idx_x++)
+"""
+
+LINEAR_THREAD = ("const int32_t kiln_t = (kiln_thread_idx_z * kiln_block_dim_y + "
+                 "kiln_thread_idx_y) * kiln_block_dim_x + kiln_thread_idx_x;")
+
+
+def _on_block_memory(emitter: CpuEmitter, call: ir.IntrinsicCall) -> bool:
+    """Atomics on shared/local arrays: one OS thread runs the whole block, so plain
+    read-modify-write is exact (and vectorises)."""
+    if not call.name.startswith("atomic_"):
+        return False
+    t = call.args[0].type
+    return isinstance(t, ArrayType) and t.space in (MemorySpace.SHARED, MemorySpace.LOCAL)
+
+
+class CpuEmitter(CEmitter):
+    namespaces = ("cpu", "c")
+    prologue = PROLOGUE
+    function_qualifier = "static inline"
+    implicit_index_params = True
+    helpers: ClassVar[dict[str, HelperTemplate]] = {**C_HELPERS, **ATOMIC_HELPERS}
+
+    # ------------------------------------------------------------ per-kernel state
+
+    def begin_function(self, func: ir.Function) -> None:
+        super().begin_function(func)
+        self.in_kernel = func.is_kernel
+        self.block_level = False
+
+    @handles(ir.IntrinsicCall, when=lambda e, n: e.block_level and n.name.startswith("thread_"))
+    def thread_index_at_block_level(self, call: ir.IntrinsicCall) -> CExpr:
+        """Block-level conditions are uniform: thread 0's view stands for the block."""
+        return CExpr("0")
+
+    @handles(ir.IntrinsicCall, when=_on_block_memory)
+    def block_memory_atomic(self, call: ir.IntrinsicCall) -> CExpr:
+        array = call.args[0]
+        assert isinstance(array, ir.Var) and isinstance(array.type, ArrayType)
+        nidx = array.type.ndim
+        args = [f"&{self.element(array, call.args[1:1 + nidx])}",
+                *(self.expr(a).text for a in call.args[1 + nidx:])]
+        kind = call.name.replace("atomic_", "plain_")
+        return CExpr(f"{self.use_helper(kind, array.type.elem)}({', '.join(args)})")
+
+    @handles(ir.Return, when=lambda e, n: e.in_kernel)
+    def kernel_return(self, s: ir.Return) -> None:
+        if self.block_level:
+            self.line("goto kiln_block_end;", s.loc)
+            return
+        if self.plan.exits:
+            self.line("kiln_exited[kiln_t] = 1;", s.loc)
+        self.line(f"goto kiln_next_{self.region.index};", s.loc)
+
+    def var(self, name: str) -> str:
+        if self.in_kernel and self.block_level and name in self.thread_arrays:
+            return f"{self.thread_arrays[name]}[0]"
+        return self.names[name]
+
+    # ------------------------------------------------------------ the kernel
+
+    def emit_kernel(self, kernel: ir.Function) -> None:
+        plan = self.plan = plan_kernel(self.program)
+        self.begin_function(kernel)
+        self.thread_arrays = {n: self.names.fresh(f"{self.names[n]}_v") for n in plan.thread}
+        params = {p.name for p in kernel.params}
+        self.param_copies = {n: self.names.fresh(f"{self.names[n]}_arg")
+                             for n in plan.thread if n in params}
+        decls = self.param_decls(kernel)
+        decls += [f"int32_t {d}" for d in LAUNCH_DIMS] + [f"int32_t {NUM_THREADS}"]
+        with self.indented(f"static void {self.fnames[kernel.name]}({', '.join(decls)}) {{",
+                           loc=kernel.loc):
+            self.unmapped()
+            if plan.thread or plan.exits:
+                self.line("const int32_t kiln_nt = kiln_block_dim_x * kiln_block_dim_y * "
+                          "kiln_block_dim_z;")
+            self.line(f"#pragma omp parallel num_threads({NUM_THREADS})")
+            with self.indented("{"):
+                self.declare_block_storage(kernel)
+                self.line("#pragma omp for collapse(3) schedule(guided)")
+                for axis in reversed(AXES):
+                    self.line(f"for (int32_t kiln_block_idx_{axis} = 0; kiln_block_idx_{axis} "
+                              f"< kiln_grid_dim_{axis}; kiln_block_idx_{axis}++)")
+                with self.indented("{"):
+                    self.begin_block(kernel)
+                    self.items(plan.items)
+                    if plan.block_return:
+                        self.line("kiln_block_end:;")
+        self.unmapped()
+        self.line("")
+        self.emit_entry(kernel)
+
+    def declare_block_storage(self, kernel: ir.Function) -> None:
+        """Shared arrays and per-thread storage: one set per OpenMP thread, reused by blocks."""
+        for name, t in kernel.locals.items():
+            if isinstance(t, ArrayType) and t.space is MemorySpace.SHARED:
+                self.line(self.declaration(name, t))
+        for name in self.plan.thread:
+            t = kernel.var_type(name)
+            arr = self.thread_arrays[name]
+            if isinstance(t, ArrayType):
+                self.line(f"{self.storage_type(t.elem)} {arr}[kiln_nt][{t.size}];")
+            else:
+                self.line(f"{self.ctype(t)} {arr}[kiln_nt];")  # type: ignore[arg-type]
+        if self.plan.exits:
+            self.line("unsigned char kiln_exited[kiln_nt];")
+
+    def begin_block(self, kernel: ir.Function) -> None:
+        for name in self.plan.block:
+            self.line(self.declaration(name, kernel.locals[name]))
+        if self.plan.exits:
+            self.line("memset(kiln_exited, 0, (size_t)kiln_nt);")
+        if self.param_copies:
+            with self.indented("KILN_FOR_EACH_THREAD {"):
+                self.line(LINEAR_THREAD)
+                for name, arg in self.param_copies.items():
+                    self.line(f"{self.thread_arrays[name]}[kiln_t] = {arg};")
+
+    def param_decls(self, func: ir.Function) -> list[str]:
+        decls = super().param_decls(func)
+        if not func.is_kernel or not getattr(self, "param_copies", None):
+            return decls
+        out = []
+        for a, decl in zip(function_abi(func), decls):
+            if a.kind == "scalar" and a.param in self.param_copies:
+                decl = f"{self.ctype(a.type)} {self.param_copies[a.param]}"
+            out.append(decl)
+        return out
+
+    def items(self, items: list[Item]) -> None:
+        for item in items:
+            if isinstance(item, Region):
+                self.emit_region(item)
+            elif isinstance(item, Barrier):
+                self.line("/* barrier */", item.stmt.loc)
+            else:
+                self.block_item(item)
+
+    def block_item(self, item: BlockIf | BlockLoop | BlockJump) -> None:
+        """A block-uniform statement: conditions evaluated once, from thread 0's values."""
+        s = item.stmt
+        self.block_level = True
+        if isinstance(item, BlockJump):
+            self.stmt(s)
+            self.block_level = False
+            return
+        if isinstance(item, BlockIf):
+            assert isinstance(s, ir.If)
+            opener = f"if ({self.expr(s.cond).text}) {{"
+        elif isinstance(s, ir.While):
+            opener = f"while ({self.expr(s.cond).text}) {{"
+        else:
+            assert isinstance(s, ir.For)
+            opener = self.for_header(s, self.names[s.var]) + " {"
+        self.block_level = False
+        then = item.then if isinstance(item, BlockIf) else item.body
+        with self.indented(opener, closer="", loc=s.loc):
+            self.items(then)
+        if isinstance(item, BlockIf) and item.orelse:
+            with self.indented("} else {", closer=""):
+                self.items(item.orelse)
+        self.line("}")
+
+    def emit_region(self, region: Region) -> None:
+        self.region = region
+        plan = self.plan
+        loaded = [n for n in plan.thread if n in region.reads or n in region.writes]
+        needs_t = bool(loaded) or plan.exits
+        with self.indented("KILN_FOR_EACH_THREAD {"):
+            if needs_t:
+                self.line(LINEAR_THREAD)
+            if plan.exits:
+                self.line("if (kiln_exited[kiln_t]) continue;")
+            for name in loaded:
+                t = self.func.var_type(name)
+                arr = f"{self.thread_arrays[name]}[kiln_t]"
+                if isinstance(t, ArrayType):
+                    self.line(f"{self.storage_type(t.elem)} *{self.names[name]} = {arr};")
+                else:
+                    self.line(f"{self.ctype(t)} {self.names[name]} = {arr};")  # type: ignore
+            for name, index in plan.private.items():
+                if index == region.index:
+                    self.line(self.declaration(name, self.func.var_type(name)))
+            self.block(region.body)
+            self.unmapped()
+            if region.has_return:
+                self.line(f"kiln_next_{region.index}:;")
+            for name in loaded:
+                if name in region.writes and not isinstance(self.func.var_type(name), ArrayType):
+                    self.line(f"{self.thread_arrays[name]}[kiln_t] = {self.names[name]};")
+
+    def emit_entry(self, kernel: ir.Function) -> None:
+        """`void kiln_entry(const unsigned char *args)`: one 8-byte slot per value."""
+        abi = function_abi(kernel)
+        with self.indented("void kiln_entry(const unsigned char *kiln_args) {"):
+            values = []
+            for slot, a in enumerate(abi):
+                if a.kind == "pointer":
+                    decl = f"{self.storage_type(a.type)} *p{slot}"
+                else:
+                    decl = f"{self.ctype(a.type if a.kind == 'scalar' else i32)} p{slot}"
+                self.line(f"{decl}; memcpy(&p{slot}, kiln_args + {slot * SLOT}, "
+                          f"sizeof p{slot});")
+                values.append(f"p{slot}")
+            for k, name in enumerate([*LAUNCH_DIMS, NUM_THREADS], len(abi)):
+                self.line(f"int32_t {name}; memcpy(&{name}, kiln_args + {k * SLOT}, "
+                          f"sizeof {name});")
+                values.append(name)
+            self.line(f"{self.fnames[kernel.name]}({', '.join(values)});")

@@ -1,0 +1,122 @@
+"""The cpu backend's C toolchain: `cc` (or `KILN_CC`) with OpenMP, probed once.
+
+The probe (compiler version, a tiny OpenMP build, `_Float16` support, the `-march=native`
+target) takes ~0.1 s, so its result is memoised on disk under the cache directory, keyed
+by the compiler binary (path, size, mtime) and the flags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shlex
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from ...framework.buildenv import BuildEnv, ToolNotFoundError, command_version, find_command
+from ...framework.cache import cache_root
+
+BASE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared")
+EXTRA_FLAGS = ("-fno-math-errno", "-fno-diagnostics-show-caret", "-w")
+"""`-fno-math-errno` lets sqrt and friends vectorise (kiln never reads errno)."""
+OPTION_FLAGS = {"fastmath": ("-ffast-math",)}
+"""Kernel options (`@kiln.kernel(fastmath=True)`) that change compiler flags."""
+
+PROBE_SOURCE = """\
+#include <omp.h>
+#include <stdint.h>
+int kiln_probe(void) {
+    int n = 0;
+    #pragma omp parallel reduction(+:n)
+    n += 1;
+    return n + omp_get_max_threads();
+}
+#ifdef KILN_PROBE_F16
+_Float16 kiln_half(_Float16 x) { return x * (_Float16)2; }
+#endif
+"""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    env: BuildEnv
+    arch: str  # e.g. "x86_64-znver3-1a2b3c4d": machine, -march=native target, ISA macros
+    fp16: bool
+
+
+def compile_command(env: BuildEnv, output: str) -> list[str]:
+    """Compile C source from stdin into a shared library (stdin keeps output deterministic)."""
+    return [*env.compiler, *env.command_args(), "-x", "c", "-", "-o", output]
+
+
+def _user_flags() -> tuple[str, ...]:
+    return tuple(shlex.split(os.environ.get("KILN_CFLAGS", "")))
+
+
+def _memo_path(compiler: tuple[str, ...], flags: tuple[str, ...]) -> Path:
+    st = os.stat(compiler[0])
+    ident = json.dumps([compiler, st.st_size, st.st_mtime_ns, flags, platform.machine()])
+    return cache_root() / "toolchain" / f"{hashlib.sha256(ident.encode()).hexdigest()[:32]}.json"
+
+
+def _build(env: BuildEnv, source: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory(prefix="kiln-probe-") as tmp:
+        cmd = compile_command(env.with_flags(*extra), str(Path(tmp) / "probe.so"))
+        return subprocess.run(cmd, input=source, capture_output=True, text=True, timeout=120)
+
+
+def _march(env: BuildEnv) -> str:
+    """The CPU `-march=native` selects, plus a hash of the ISA macros it defines."""
+    macros = subprocess.run([*env.compiler, *env.flags, "-dM", "-E", "-x", "c", "-"], input="",
+                            capture_output=True, text=True, timeout=60).stdout
+    digest = hashlib.sha256(macros.encode()).hexdigest()[:8]
+    name = "native"
+    target = subprocess.run([*env.compiler, "-march=native", "-Q", "--help=target"],
+                            capture_output=True, text=True, timeout=60)
+    for line in target.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "-march=":
+            name = parts[1]
+            break
+    return f"{platform.machine()}-{name}-{digest}"
+
+
+def _probe(compiler: tuple[str, ...], flags: tuple[str, ...]) -> dict:
+    version = command_version(compiler)
+    env = BuildEnv("cpu", compiler, version, flags)
+    result = _build(env, PROBE_SOURCE)
+    if result.returncode != 0:
+        log = (result.stderr or result.stdout).strip().splitlines()
+        reason = log[-1] if log else f"exit status {result.returncode}"
+        return {"error": f"'{compiler[0]}' cannot build OpenMP shared libraries: {reason}"}
+    fp16 = _build(env, PROBE_SOURCE, ("-DKILN_PROBE_F16",)).returncode == 0
+    return {"version": version, "arch": _march(env), "fp16": fp16}
+
+
+@cache
+def toolchain() -> Toolchain:
+    """The probed toolchain; raises ToolNotFoundError with the reason when unusable."""
+    compiler = find_command(os.environ.get("KILN_CC") or "cc")
+    flags = (*BASE_FLAGS, *EXTRA_FLAGS, *_user_flags())
+    memo = _memo_path(compiler, flags)
+    try:
+        found = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        found = _probe(compiler, flags)
+        if "error" not in found:
+            try:
+                memo.parent.mkdir(parents=True, exist_ok=True)
+                tmp = memo.with_name(f"{memo.name}.tmp-{os.getpid()}")
+                tmp.write_text(json.dumps(found))
+                os.replace(tmp, memo)
+            except OSError:
+                pass
+    if "error" in found:
+        raise ToolNotFoundError(found["error"])
+    env = BuildEnv("cpu", compiler, found["version"], flags)
+    return Toolchain(env, found["arch"], bool(found["fp16"]))
