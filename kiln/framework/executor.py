@@ -195,8 +195,10 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
         backend.execute(spec.routine, grid3, block3, device_args, stream.handle)  # type: ignore
     else:
         backend.run(spec.routine, grid3, block3, device_args, stream.handle)  # type: ignore
-    if copy_back:
-        for host, dev_array in copy_back:
+    for host, dev_array in copy_back:
+        if dev_array._host is host:  # zero-copy: the launch writes host memory; wait for it
+            stream.synchronize()
+        else:
             dev_array.copy_to_host(host, stream)
 
 
@@ -212,7 +214,7 @@ def _to_device_args(kernel: Kernel, args: Sequence[Any], arg_types: tuple[Type, 
             continue
         if isinstance(value, np.ndarray):
             dev_array = to_device(value, spec.device, stream)
-            if name in spec.written and dev_array._host is not value:
+            if name in spec.written:
                 copy_back.append((value, dev_array))
             out.append(dev_array)
         elif isinstance(t, ScalarType):
