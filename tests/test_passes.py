@@ -16,7 +16,7 @@ from conftest import marked_line
 
 import kiln
 from kiln import f32, i32, i64
-from kiln.framework.backend import Capabilities, DeviceKind
+from kiln.framework.backend import Capabilities, DeviceKind, ExecutionModel
 from kiln.ir import nodes as ir
 from kiln.ir.enums import MemorySpace
 from kiln.ir.passes import (
@@ -736,3 +736,114 @@ def test_pipelines() -> None:
     assert passes[1:] == [fold_constants, remove_dead_code, inline_functions]
     with pytest.raises(kiln.DeviceFeatureError):
         passes[0](uses_f64.program((f32[:],)))
+
+
+# ---------------------------------------------------------------- inlining, run
+
+
+def bump_row_py(a, r):
+    a[r, 0] += 1.0
+    return a[r, 0]
+
+
+def find_py(a, r, value, n):
+    for j in range(n):
+        while a[r, j] == value:
+            return j
+    return -1
+
+
+def collatz_steps_py(x):
+    steps = 0
+    while True:
+        if x == 1:
+            return steps
+        if x % 2 == 0:
+            x //= 2
+        else:
+            x = 3 * x + 1
+        steps += 1
+
+
+def mark_py(out, r):
+    if r % 3 == 0:
+        return
+    out[r, 5] = 1
+
+
+bump_row = kiln.func(bump_row_py)
+find = kiln.func(find_py)
+collatz_steps = kiln.func(collatz_steps_py)
+mark = kiln.func(mark_py)
+
+
+def inline_semantics_py(a, out, n, r):
+    """What the kernel below computes for row `r`, in Python."""
+    v = a[r, 0] + bump_row_py(a, r)
+    out[r, 0] = int(v)
+    out[r, 1] = find_py(a, r, 3.0, n) if r % 2 == 0 else collatz_steps_py(r + 1)
+    k = 0
+    while find_py(a, r, 3.0, n) >= 0:
+        a[r, find_py(a, r, 3.0, n)] = 0.0
+        k += 1
+    out[r, 2] = k
+    out[r, 3] = int(min(max(a[r, 1], 0.0), 1.0) * 10.0)
+    if r > 2 and collatz_steps_py(r) > 3:
+        out[r, 4] = 1
+    mark_py(out, r)
+
+
+@kiln.kernel
+def inline_semantics(a: f32[:, :], out: i32[:, :], n: i32):
+    r = kiln.global_id(0)
+    if r < a.shape[0]:
+        v = a[r, 0] + bump_row(a, r)
+        out[r, 0] = i32(v)
+        out[r, 1] = find(a, r, 3.0, n) if r % 2 == 0 else collatz_steps(r + 1)
+        k = 0
+        while find(a, r, 3.0, n) >= 0:
+            a[r, find(a, r, 3.0, n)] = 0.0
+            k += 1
+        out[r, 2] = k
+        out[r, 3] = i32(clamp01(a[r, 1]) * 10.0)
+        if r > 2 and collatz_steps(r) > 3:
+            out[r, 4] = 1
+        mark(out, r)
+
+
+def run_program(device: kiln.Device, program: ir.Program, grid: int, block: int,
+                args: list) -> None:
+    """Run an already lowered program on a device through the backend contract."""
+    backend, stream = device.backend, device.default_stream.handle
+    dims = ((grid, 1, 1), (block, 1, 1))
+    if backend.execution_model is ExecutionModel.JIT:
+        code = backend.compile(backend.generate_source(program), device, {})
+        backend.launch(backend.link(code, device), *dims, args, stream)
+    else:
+        backend.execute(program, *dims, args, stream)
+    device.synchronize()
+
+
+def devices_for_inlining() -> list:
+    """The interpreter, and OpenCL's first device when there is one (PoCL on a CPU will do)."""
+    found = [d for d in kiln.devices() if d.backend.name == "opencl"][:1]
+    opencl = found or [pytest.param(None, marks=pytest.mark.skip("no OpenCL device here"))]
+    return ["interp", *opencl]
+
+
+@pytest.mark.parametrize("device", devices_for_inlining(), ids=["interp", "opencl"])
+def test_inlined_program_computes_the_same(device: kiln.Device | str) -> None:
+    device = kiln.device(device) if isinstance(device, str) else device
+    rng = np.random.default_rng(3)
+    rows, n = 40, 6
+    a0 = rng.integers(0, 5, (rows, n)).astype(np.float32)
+    a0[:, 1] = rng.uniform(-0.5, 1.5, rows)
+    expected_a, expected_out = a0.copy(), np.zeros((rows, 6), np.int32)
+    for r in range(rows):
+        inline_semantics_py(expected_a, expected_out, n, r)
+    program = inline_semantics.program((f32[:, :], i32[:, :], i32))
+    for variant in (program, inline_functions(program)):
+        a, out = kiln.to_device(a0.copy(), device), kiln.zeros((rows, 6), i32, device)
+        run_program(device, variant, 2, 32, [a, out, np.int32(n)])
+        np.testing.assert_array_equal(out.numpy(), expected_out)
+        np.testing.assert_array_equal(a.numpy(), expected_a)

@@ -34,6 +34,16 @@ def _element(t: Type) -> ScalarType | None:
     return t if isinstance(t, ScalarType) else None
 
 
+def supports_atomic(atomics: frozenset[str], name: str, elem: str) -> bool:
+    """Whether `capabilities.atomics` allows atomic `name` on `elem` elements.
+
+    Entries are element types ("f32": atomics on f32 elements); a device may also list
+    "op:type" entries ("atomic_add:f64"), and then that op is allowed on those types only.
+    """
+    per_op = {a for a in atomics if a.startswith(f"{name}:")}
+    return f"{name}:{elem}" in per_op if per_op else elem in atomics
+
+
 class _FeatureCheck:
     def __init__(self, capabilities: Capabilities) -> None:
         self.caps = capabilities
@@ -65,7 +75,7 @@ class _FeatureCheck:
         if intrinsics[node.name].category != "atomic":
             return
         elem = _element(node.args[0].type)
-        if elem is not None and elem.name not in self.caps.atomics:
+        if elem is not None and not supports_atomic(self.caps.atomics, node.name, elem.name):
             self.fail(f"{node.name} on {elem} elements", loc)
 
     def shared_memory(self, kernel: ir.Function) -> None:
