@@ -1,0 +1,257 @@
+"""The runtime: device arrays, device selection, environment variables, streams and events,
+NumPy arguments, `kiln.launch`, and third-party backends registered at run time."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import run_python
+
+import kiln
+from kiln import f32, f64, i32
+
+N = 1000  # not a multiple of the block size
+
+
+@kiln.kernel
+def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        c[i] = a[i] + b[i]
+
+
+@kiln.kernel
+def scale2d(m: f64[:, :], factor: f64):
+    i, j = kiln.global_id(1), kiln.global_id(0)
+    if i < m.shape[0] and j < m.shape[1]:
+        m[i, j] *= factor
+
+
+def blocks(n: int, block: int = 128) -> int:
+    return (n + block - 1) // block
+
+
+# ---------------------------------------------------------------- device arrays
+
+
+def test_to_device_and_back(interp) -> None:
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    arr = kiln.to_device(host, interp)
+    assert (arr.shape, arr.dtype, arr.device, arr.ndim, len(arr)) == (
+        (3, 4), np.float32, interp, 2, 3)
+    assert arr.size == 12 and arr.nbytes == 48
+    np.testing.assert_array_equal(arr.numpy(), host)
+
+
+def test_to_device_copies_non_contiguous_input(interp) -> None:
+    host = np.arange(20, dtype=np.int32)[::2]
+    np.testing.assert_array_equal(kiln.to_device(host, interp).numpy(), host)
+
+
+@pytest.mark.parametrize("dtype", [f32, np.float64, "int32", i32, np.uint8, kiln.bool_])
+def test_constructors(interp, dtype: Any) -> None:
+    expected = dtype.dtype if isinstance(dtype, kiln.ScalarType) else np.dtype(dtype)
+    zeros = kiln.zeros((2, 5), dtype, interp)
+    full = kiln.full(7, 1, dtype, interp)
+    empty = kiln.empty(3, dtype, interp)
+    like = kiln.empty_like(zeros)
+    for arr, shape in ((zeros, (2, 5)), (full, (7,)), (empty, (3,)), (like, (2, 5))):
+        assert arr.shape == shape and arr.dtype == expected and arr.device is interp
+    np.testing.assert_array_equal(zeros.numpy(), np.zeros((2, 5), expected))
+    np.testing.assert_array_equal(full.numpy(), np.ones(7, expected))
+
+
+def test_empty_like_numpy_array_on_a_device(interp) -> None:
+    like = kiln.empty_like(np.zeros((4, 2), np.float64), interp)
+    assert (like.shape, like.dtype, like.device) == ((4, 2), np.float64, interp)
+
+
+def test_arrays_hold_numbers_only(interp) -> None:
+    with pytest.raises(TypeError, match="numbers and bools"):
+        kiln.to_device(np.array(["a", "b"]), interp)
+
+
+# ---------------------------------------------------------------- devices
+
+
+def test_devices_are_listed_best_first(interp) -> None:
+    found = kiln.devices()
+    assert interp in found
+    assert [d.priority for d in found] == sorted((d.priority for d in found), reverse=True)
+    assert kiln.device() is found[0]
+
+
+def test_device_specs(interp) -> None:
+    assert kiln.device("interp") is interp
+    assert kiln.device("interp:0") is interp
+    assert kiln.device(interp) is interp
+    assert interp.name == "interp:0"
+
+
+def test_device_capabilities(interp) -> None:
+    caps = interp.capabilities
+    assert caps.backend == "interp" and caps.max_threads_per_block >= 256
+    assert caps.fp64 and any(a.startswith("atomic_add") for a in caps.atomics)
+    assert set(caps.as_dict()) >= {"max threads per block", "shared memory per block",
+                                   "warp size", "fp64", "fp16", "atomics", "unified memory"}
+
+
+def test_unknown_backend_lists_registered_ones() -> None:
+    with pytest.raises(kiln.DeviceNotFoundError, match="registered:.*interp"):
+        kiln.device("warp-drive")
+
+
+def test_backends_report_availability() -> None:
+    entries = {e.name: e for e in kiln.backends()}
+    assert entries["interp"].available and entries["interp"].reason == ""
+    for entry in entries.values():
+        assert entry.available or entry.reason, f"{entry.name} is unavailable without a reason"
+
+
+def test_kiln_backend_selects_the_default() -> None:
+    result = run_python("import kiln; print(kiln.device().name)", {"KILN_BACKEND": "interp"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "interp:0"
+
+
+def test_kiln_disable_hides_a_backend() -> None:
+    code = ("import json, kiln\n"
+            "e = {b.name: b for b in kiln.backends()}['interp']\n"
+            "names = [d.name for d in kiln.devices()]\n"
+            "try:\n    kiln.device('interp'); err = ''\n"
+            "except kiln.DeviceNotFoundError as exc:\n    err = str(exc)\n"
+            "print(json.dumps([e.available, e.reason, names, err]))")
+    result = run_python(code, {"KILN_DISABLE_INTERP": "1"})
+    assert result.returncode == 0, result.stderr
+    available, reason, names, error = json.loads(result.stdout)
+    assert not available and "KILN_DISABLE_INTERP" in reason
+    assert not any(name.startswith("interp") for name in names)
+    assert "not available" in error and "KILN_DISABLE_INTERP" in error
+
+
+# ---------------------------------------------------------------- launches
+
+
+def inputs(n: int = N) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1)
+    return rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+
+
+def test_launch_with_device_arrays(interp) -> None:
+    x, y = inputs()
+    a, b = kiln.to_device(x, interp), kiln.to_device(y, interp)
+    c = kiln.empty_like(a)
+    vector_add[blocks(N), 128](a, b, c, N)
+    np.testing.assert_array_equal(c.numpy(), x + y)
+
+
+def test_numpy_arguments_are_copied_in_and_written_ones_back(interp) -> None:
+    x, y = inputs()
+    x_before = x.copy()
+    out = np.zeros(2 * N, np.float32)[::2]  # not contiguous: needs a real copy back
+    kiln.launch(vector_add, blocks(N), 128, (x, y, out, N), device=interp)
+    interp.synchronize()
+    np.testing.assert_array_equal(out, x + y)
+    np.testing.assert_array_equal(x, x_before)
+
+
+def test_read_only_numpy_inputs_are_accepted(interp) -> None:
+    x, y = inputs()
+    x.flags.writeable = False
+    out = np.zeros(N, np.float32)
+    vector_add[blocks(N), 128](x, y, out, N)
+    interp.synchronize()
+    np.testing.assert_array_equal(out, x + y)
+
+
+def test_2d_grid_and_scalar_conversion(interp) -> None:
+    host = np.arange(15 * 33, dtype=np.float64).reshape(15, 33)
+    m = kiln.to_device(host.copy(), interp)
+    kiln.launch(scale2d, grid=(blocks(33, 16), blocks(15, 8)), block=(16, 8), args=(m, 3),
+                device=interp)
+    np.testing.assert_array_equal(m.numpy(), host * 3)
+
+
+def test_compile_ahead_of_launch(interp) -> None:
+    spec = vector_add.compile(interp)
+    assert spec.device is interp
+    assert spec is vector_add.compile(interp)  # cached per signature and device
+
+
+# ---------------------------------------------------------------- streams and events
+
+
+def test_streams_and_events(interp) -> None:
+    x, y = inputs(1 << 16)
+    stream = kiln.Stream(interp)
+    a, b = kiln.to_device(x, interp, stream), kiln.to_device(y, interp, stream)
+    c = kiln.empty_like(a)
+    start = kiln.Event(interp).record(stream)
+    vector_add[blocks(len(x)), 256, stream](a, b, c, len(x))
+    end = kiln.Event(interp).record(stream)
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0.0
+    stream.synchronize()
+    np.testing.assert_array_equal(c.copy_to_host(stream=stream), x + y)
+
+
+def test_elapsed_time_needs_recorded_events(interp) -> None:
+    with pytest.raises(RuntimeError, match="recorded"):
+        kiln.Event(interp).elapsed_time(kiln.Event(interp))
+
+
+def test_launches_are_ordered_on_a_stream(interp) -> None:
+    x = np.ones(N, np.float32)
+    a = kiln.to_device(x.copy(), interp)
+    stream = kiln.Stream(interp)
+    for _ in range(5):
+        kiln.launch(vector_add, blocks(N), 128, (a, a, a, N), stream=stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(a.numpy(), x * 2**5)
+
+
+# ---------------------------------------------------------------- third-party backends
+
+
+class NoDriverBackend(kiln.DirectBackend):
+    """A plugin whose hardware is missing: registered, listed, never chosen."""
+
+    name = "nodriver"
+
+    def availability(self) -> kiln.Availability:
+        return kiln.Availability(False, "the Frobnicator driver is not installed")
+
+    def device_handles(self) -> Sequence[tuple[Any, kiln.Capabilities]]:
+        raise AssertionError("never asked when unavailable")
+
+    def _missing(self, *args: Any) -> Any:
+        raise AssertionError("never used when unavailable")
+
+    allocate = copy_host_to_device = copy_device_to_host = copy_device_to_device = _missing
+    create_stream = synchronize_stream = create_event = record_event = _missing
+    synchronize_event = elapsed_ms = execute = _missing
+
+
+def test_registered_backend_runs_kernels(mirror) -> None:
+    entry = {e.name: e for e in kiln.backends()}["mirror"]
+    assert entry.available and entry.priority == 1
+    assert mirror.name == "mirror:0" and mirror.capabilities.backend == "mirror"
+    assert mirror in kiln.devices()
+    x, y = inputs()
+    out = np.zeros(N, np.float32)
+    vector_add[blocks(N), 128](kiln.to_device(x, mirror), kiln.to_device(y, mirror), out, N)
+    mirror.synchronize()
+    np.testing.assert_array_equal(out, x + y)
+
+
+def test_registered_unavailable_backend_is_explained() -> None:
+    kiln.register_backend(NoDriverBackend(), priority=1000)
+    entry = {e.name: e for e in kiln.backends()}["nodriver"]
+    assert not entry.available and "Frobnicator" in entry.reason
+    assert kiln.device().backend.name != "nodriver"
+    with pytest.raises(kiln.DeviceNotFoundError, match="Frobnicator"):
+        kiln.device("nodriver")
