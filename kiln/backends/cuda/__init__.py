@@ -1,0 +1,15 @@
+"""The `cuda` backend (NVIDIA GPUs through NVRTC and the CUDA driver, via cuda-bindings).
+
+Importing this package never needs the CUDA packages: they load on first use, and the
+backend reports itself unavailable, with the reason, where they or a GPU are missing.
+"""
+
+from __future__ import annotations
+
+from ...framework.registry import register_backend
+from .backend import CudaBackend
+
+backend = CudaBackend()
+register_backend(backend, priority=CudaBackend.priority)
+
+__all__ = ["CudaBackend", "backend"]

@@ -1,0 +1,210 @@
+"""The `cuda` backend: NVRTC-compiled CUDA C++ launched through the CUDA driver."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...framework.backend import Availability, Capabilities, DeviceKind, Dim3, JITBackend, Pass
+from ...framework.buildenv import BuildEnv
+from ...framework.cache import CompileCache, cache_key
+from ...framework.intrinsics import ATOMIC_TYPES
+from ...ir.nodes import Program
+from . import nvrtc
+from .dialect import CudaEmitter
+from .driver import Context, api, check, probe
+from .launch import Routine, load_module
+from .memory import Buffer, PinnedStaging
+
+if TYPE_CHECKING:
+    from ...runtime.device import Device
+
+_ENTRY = re.compile(r'extern "C" __global__ void (\w+)\(')
+
+
+@dataclass(frozen=True)
+class CudaCode:
+    """Compiled code: a cubin (or PTX) image and the kernel's entry point."""
+
+    name: str
+    image: bytes
+    target: str = "cubin"
+
+
+class StreamHandle:
+    """A CUDA stream owned by kiln (destroyed with its `kiln.Stream`)."""
+
+    __slots__ = ("stream", "context")
+
+    def __init__(self, context: Context) -> None:
+        drv = api()
+        context.activate()
+        self.context = context
+        self.stream = check(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_DEFAULT.value),
+                            "cuStreamCreate")
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            api().cuStreamDestroy(self.stream)
+
+
+class EventHandle:
+    __slots__ = ("event", "context")
+
+    def __init__(self, context: Context) -> None:
+        context.activate()
+        self.context = context
+        self.event = check(api().cuEventCreate(0), "cuEventCreate")
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            api().cuEventDestroy(self.event)
+
+
+def _attribute(drv: Any, dev: Any, name: str) -> int:
+    attr = getattr(drv.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+    return int(check(drv.cuDeviceGetAttribute(attr, dev), f"cuDeviceGetAttribute({name})"))
+
+
+def capabilities_of(ordinal: int) -> Capabilities:
+    """A device's capabilities, read from the driver."""
+    drv = api()
+    dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
+    raw = check(drv.cuDeviceGetName(256, dev), "cuDeviceGetName")
+    name = raw.split(b"\x00", 1)[0].decode()
+    attr = {n: _attribute(drv, dev, n) for n in (
+        "MAX_THREADS_PER_BLOCK", "MAX_BLOCK_DIM_X", "MAX_BLOCK_DIM_Y", "MAX_BLOCK_DIM_Z",
+        "MAX_GRID_DIM_X", "MAX_GRID_DIM_Y", "MAX_GRID_DIM_Z", "MAX_SHARED_MEMORY_PER_BLOCK",
+        "MULTIPROCESSOR_COUNT", "WARP_SIZE", "COMPUTE_CAPABILITY_MAJOR",
+        "COMPUTE_CAPABILITY_MINOR")}
+    major, minor = attr["COMPUTE_CAPABILITY_MAJOR"], attr["COMPUTE_CAPABILITY_MINOR"]
+    atomics = {f"{op}:{t.name}" for op, types in ATOMIC_TYPES.items() for t in types}
+    return Capabilities(
+        backend="cuda", name=name, kind=DeviceKind.GPU,
+        max_threads_per_block=attr["MAX_THREADS_PER_BLOCK"],
+        max_block_dims=(attr["MAX_BLOCK_DIM_X"], attr["MAX_BLOCK_DIM_Y"],
+                        attr["MAX_BLOCK_DIM_Z"]),
+        max_grid_dims=(attr["MAX_GRID_DIM_X"], attr["MAX_GRID_DIM_Y"], attr["MAX_GRID_DIM_Z"]),
+        shared_memory_per_block=attr["MAX_SHARED_MEMORY_PER_BLOCK"],
+        compute_units=attr["MULTIPROCESSOR_COUNT"],
+        global_memory=int(check(drv.cuDeviceTotalMem(dev), "cuDeviceTotalMem")),
+        warp_size=attr["WARP_SIZE"], fp64=True, fp16=(major, minor) >= (5, 3),
+        atomics=frozenset(atomics | {t.name for types in ATOMIC_TYPES.values() for t in types}),
+        unified_memory=False, arch=f"sm_{major}{minor}",
+    )
+
+
+class CudaBackend(JITBackend):
+    """NVIDIA GPUs: CUDA C++ from the shared emitter, NVRTC to cubin, cuda-bindings driver."""
+
+    name = "cuda"
+    priority = 100
+    intrinsic_namespaces = CudaEmitter.namespaces
+
+    def availability(self) -> Availability:
+        return probe()
+
+    def device_handles(self) -> Sequence[tuple[Any, Capabilities]]:
+        count = int(check(api().cuDeviceGetCount(), "cuDeviceGetCount"))
+        return [(Context(i), capabilities_of(i)) for i in range(count)]
+
+    def pipeline(self, device: Device | None) -> Sequence[Pass]:
+        from ...ir.passes import pipeline_for
+
+        return pipeline_for(device)
+
+    def build_identity(self, device: Device) -> str:
+        major, minor = nvrtc.version()
+        return f"{device.capabilities.arch}/nvrtc{major}.{minor}"
+
+    # ---- code
+    def generate_source(self, program: Program) -> str:
+        return CudaEmitter().emit(program)
+
+    def compile(self, source: str, device: Device, options: dict[str, Any]) -> CudaCode:
+        match = _ENTRY.search(source)
+        if match is None:
+            raise ValueError("no extern \"C\" __global__ kernel in the CUDA source")
+        return compile_cached(source, match[1], device.capabilities.arch,
+                              fastmath=bool(options.get("fastmath", False)))
+
+    def link(self, code: CudaCode, device: Device) -> Routine:
+        context: Context = device.handle
+        return Routine(context, load_module(context, code.image), code.name)
+
+    def launch(self, routine: Routine, grid: Dim3, block: Dim3, args: Sequence[Any],
+               stream: StreamHandle) -> None:
+        routine.launch(grid, block, args, stream.stream)
+
+    # ---- memory
+    def allocate(self, device: Device, nbytes: int) -> Buffer:
+        return Buffer.allocate(device.handle, nbytes)
+
+    def copy_host_to_device(self, dst: Buffer, src: np.ndarray, stream: StreamHandle) -> None:
+        if src.nbytes:
+            dst.context.activate()
+            PinnedStaging.of(dst.context).copy_to_device(dst.ptr, src, stream.stream)
+
+    def copy_device_to_host(self, dst: np.ndarray, src: Buffer, stream: StreamHandle) -> None:
+        if dst.nbytes:
+            src.context.activate()
+            check(api().cuMemcpyDtoHAsync(dst.ctypes.data, src.ptr, dst.nbytes, stream.stream),
+                  "cuMemcpyDtoHAsync")
+
+    def copy_device_to_device(self, dst: Buffer, src: Buffer, nbytes: int,
+                              stream: StreamHandle) -> None:
+        if nbytes:
+            dst.context.activate()
+            check(api().cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, stream.stream),
+                  "cuMemcpyDtoDAsync")
+
+    # ---- streams and events
+    def create_stream(self, device: Device) -> StreamHandle:
+        return StreamHandle(device.handle)
+
+    def synchronize_stream(self, stream: StreamHandle) -> None:
+        check(api().cuStreamSynchronize(stream.stream), "cuStreamSynchronize")
+
+    def create_event(self, device: Device) -> EventHandle:
+        return EventHandle(device.handle)
+
+    def record_event(self, event: EventHandle, stream: StreamHandle) -> None:
+        check(api().cuEventRecord(event.event, stream.stream), "cuEventRecord")
+
+    def synchronize_event(self, event: EventHandle) -> None:
+        check(api().cuEventSynchronize(event.event), "cuEventSynchronize")
+
+    def elapsed_ms(self, start: EventHandle, end: EventHandle) -> float:
+        return float(check(api().cuEventElapsedTime(start.event, end.event),
+                           "cuEventElapsedTime"))
+
+    def synchronize_device(self, device: Device) -> None:
+        device.handle.activate()
+        check(api().cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+def build_env(arch: str, target: str, fastmath: bool) -> BuildEnv:
+    """NVRTC, its version and the options for one target (part of every cache key)."""
+    major, minor = nvrtc.version()
+    flags = tuple(nvrtc.options_for(arch, target, fastmath))
+    return BuildEnv("cuda", ("nvrtc",), f"{major}.{minor}", flags=flags)
+
+
+def compile_cached(source: str, name: str, arch: str, fastmath: bool = False,
+                   target: str = "cubin") -> CudaCode:
+    """NVRTC compile through the compile cache (key: source, NVRTC version, arch, options)."""
+    env = build_env(arch, target, fastmath)
+    key = cache_key("cuda", source, env, arch, {"target": target})
+
+    def build() -> bytes:
+        return nvrtc.compile_source(source, name, list(env.flags), target)
+
+    return _CACHE.get_or_build(key, build, lambda e: CudaCode(name, e.payload, target), name)
+
+
+_CACHE = CompileCache("cuda", ".cubin")

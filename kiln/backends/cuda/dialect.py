@@ -1,0 +1,138 @@
+"""CUDA C++ as a dialect of the shared C emitter, and CUDA's intrinsic spellings.
+
+NVRTC has no C library headers, so the prologue defines the fixed-width integer types and
+`INFINITY`/`NAN` itself, and f16 is a two-byte `kiln_half` that converts to and from float
+with PTX `cvt` (arithmetic happens in f32 and rounds once on assignment).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ...codegen import c_intrinsics  # noqa: F401 - registers the "c" spellings
+from ...codegen.emitter import CEmitter
+from ...codegen.helpers import C_HELPERS, HelperTemplate
+from ...framework.intrinsics import INDEX_BASES, intrinsics
+from ...ir import nodes as ir
+from ...ir.enums import MemorySpace
+from ...ir.types import ArrayType, ScalarType, f16, i64, u64
+from ...ir.visit import walk
+
+PROLOGUE = """\
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#define INFINITY __int_as_float(0x7f800000)
+#define NAN __int_as_float(0x7fffffff)
+"""
+
+HALF = """\
+struct kiln_half {
+    unsigned short bits;
+    kiln_half() = default;
+    __device__ kiln_half(float f) { asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f)); }
+    __device__ operator float() const {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+        return f;
+    }
+};
+"""
+
+_CAS_FLOAT = """{Q} {T} kiln_atomic_%(op)s_{t}({T} *a, {T} v) {
+    unsigned int *p = (unsigned int *)a;
+    unsigned int old = *p, assumed;
+    do {
+        assumed = old;
+        {T} next = f%(op)sf(__uint_as_float(assumed), v);
+        if (__float_as_uint(next) == assumed) break;
+        old = atomicCAS(p, assumed, __float_as_uint(next));
+    } while (old != assumed);
+    return __uint_as_float(old);
+}"""
+
+
+def _cas_float(op: str) -> HelperTemplate:
+    return lambda t: _CAS_FLOAT % {"op": op}
+
+
+class CudaEmitter(CEmitter):
+    """CUDA C++ for NVRTC: `extern "C" __global__` kernels, `__shared__`, `__syncthreads`."""
+
+    namespaces = ("cuda", "c")
+    type_names: ClassVar[dict[ScalarType, str]] = {**CEmitter.type_names, f16: "kiln_half"}
+    kernel_qualifier = 'extern "C" __global__'
+    function_qualifier = "static __device__"
+    helper_qualifier = "static __device__ __forceinline__"
+    space_qualifiers = {MemorySpace.SHARED: "__shared__"}
+    prologue = PROLOGUE
+    helpers: ClassVar[dict[str, HelperTemplate]] = {
+        **C_HELPERS, "atomic_min": _cas_float("min"), "atomic_max": _cas_float("max"),
+    }
+
+    def emit_prologue(self) -> None:
+        self.prologue = PROLOGUE + HALF if _uses_half(self.program) else PROLOGUE
+        super().emit_prologue()
+
+
+def _uses_half(program: ir.Program) -> bool:
+    def has(t: Any) -> bool:
+        return t is f16 or (isinstance(t, ArrayType) and t.elem is f16)
+
+    for func in [*program.functions, program.kernel]:
+        if any(has(p.type) for p in func.params) or any(has(t) for t in func.locals.values()):
+            return True
+        if any(isinstance(n, ir.Expr) and has(n.type) for n in walk(func.body)):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- intrinsic spellings
+
+_CUDA_INDEX = {"thread_idx": "threadIdx", "block_idx": "blockIdx", "block_dim": "blockDim",
+               "grid_dim": "gridDim"}
+_WIDE = {i64: "unsigned long long", u64: "unsigned long long"}
+_NATIVE = {"atomic_add": "atomicAdd", "atomic_sub": "atomicSub", "atomic_min": "atomicMin",
+           "atomic_max": "atomicMax", "atomic_and": "atomicAnd", "atomic_or": "atomicOr",
+           "atomic_xor": "atomicXor", "atomic_exch": "atomicExch", "atomic_cas": "atomicCAS"}
+
+
+def _atomic(name: str) -> Any:
+    """An atomic's spelling; 64-bit integers go through CUDA's unsigned long long overloads
+    (two's complement makes add, sub, bitwise, exch and cas agree)."""
+
+    def spell(emitter: CudaEmitter, call: ir.IntrinsicCall, args: list[str]) -> str:
+        elem = call.type
+        assert isinstance(elem, ScalarType)
+        ctype = emitter.ctype(elem)
+        if elem.is_float and name in ("atomic_min", "atomic_max"):
+            return f"{emitter.use_helper(name, elem)}({', '.join(args)})"
+        fn, values = _NATIVE[name], args[1:]
+        if name == "atomic_sub" and elem.bits == 64:
+            fn, values = "atomicAdd", [f"0 - ({v})" for v in values]
+        if elem in _WIDE and name not in ("atomic_min", "atomic_max"):
+            wide = _WIDE[elem]
+            cast = ", ".join(f"({wide})({v})" for v in values)
+            return f"({ctype}){fn}(({wide} *){args[0]}, {cast})"
+        return f"{fn}({args[0]}, {', '.join(values)})"
+
+    return spell
+
+
+CUDA_IMPLS: dict[str, Any] = {
+    f"{base}_{axis}": f"(int32_t){_CUDA_INDEX[base]}.{axis}"
+    for base in INDEX_BASES for axis in "xyz"
+}
+CUDA_IMPLS.update({
+    "barrier": "__syncthreads()",
+    "mem_fence": "__threadfence()",
+    "rsqrt": "rsqrt{f}({0})",
+})
+CUDA_IMPLS.update({name: _atomic(name) for name in intrinsics.names("atomic")})
+
+intrinsics.implement("cuda", CUDA_IMPLS)

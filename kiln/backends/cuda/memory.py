@@ -1,0 +1,101 @@
+"""Device memory and host<->device copies on a stream.
+
+Buffers are plain device allocations from the device's stream-ordered pool (never managed
+memory), freed in stream order on the legacy default stream, which every blocking stream
+(kiln's and the frameworks' defaults) is ordered with, so dropping an array while a kernel
+still uses it is safe. Host-to-device copies of pageable NumPy arrays go through pinned
+staging buffers, so they are truly asynchronous and the source may change at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .driver import Context, api, check
+
+LEGACY_STREAM = 0
+STAGING_MIN_BYTES = 1 << 16
+"""Smaller host-to-device copies go straight from pageable memory (the driver stages them)."""
+
+
+class Buffer:
+    """A device allocation: `ptr` is the device address (0 for an empty buffer)."""
+
+    __slots__ = ("ptr", "nbytes", "context", "owner", "__weakref__")
+
+    def __init__(self, ptr: int, nbytes: int, context: Context, owner: Any = None) -> None:
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.context = context
+        self.owner = owner  # a foreign object whose memory this is (never freed here)
+
+    @classmethod
+    def allocate(cls, context: Context, nbytes: int) -> Buffer:
+        ptr = 0
+        if nbytes > 0:
+            context.activate()
+            ptr = int(check(api().cuMemAllocAsync(nbytes, LEGACY_STREAM), "cuMemAllocAsync"))
+        return cls(ptr, nbytes, context)
+
+    def __del__(self) -> None:
+        if self.ptr and self.owner is None:
+            with contextlib.suppress(Exception):  # at shutdown the driver may be gone
+                self.context.activate()
+                api().cuMemFreeAsync(self.ptr, LEGACY_STREAM)
+
+    def __repr__(self) -> str:
+        return f"<cuda buffer 0x{self.ptr:x}, {self.nbytes} bytes>"
+
+
+class PinnedStaging:
+    """Reusable page-locked host buffers, each guarded by the event of its last copy."""
+
+    _per_context: ClassVar[dict[int, PinnedStaging]] = {}
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.blocks: list[tuple[int, int, Any]] = []  # (host pointer, size, event)
+
+    @classmethod
+    def of(cls, context: Context) -> PinnedStaging:
+        """The staging buffers of one device."""
+        staging = cls._per_context.get(context.ordinal)
+        if staging is None:
+            staging = cls._per_context[context.ordinal] = cls(context)
+        return staging
+
+    def _block(self, nbytes: int) -> tuple[int, Any]:
+        drv = api()
+        for ptr, size, event in self.blocks:
+            if size >= nbytes and drv.cuEventQuery(event)[0] == 0:
+                return ptr, event
+        size = max(nbytes, 1 << 20)
+        ptr = int(check(drv.cuMemHostAlloc(size, 0), "cuMemHostAlloc"))
+        event = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING),
+                      "cuEventCreate")
+        self.blocks.append((ptr, size, event))
+        return ptr, event
+
+    def copy_to_device(self, dst: int, src: np.ndarray, stream: Any) -> None:
+        drv = api()
+        nbytes = src.nbytes
+        if nbytes < STAGING_MIN_BYTES:
+            check(drv.cuMemcpyHtoDAsync(dst, src.ctypes.data, nbytes, stream),
+                  "cuMemcpyHtoDAsync")
+            return
+        ptr, event = self._block(nbytes)
+        ctypes.memmove(ptr, src.ctypes.data, nbytes)
+        check(drv.cuMemcpyHtoDAsync(dst, ptr, nbytes, stream), "cuMemcpyHtoDAsync")
+        check(drv.cuEventRecord(event, stream), "cuEventRecord")
+
+    def close(self) -> None:
+        drv = api()
+        for ptr, _, event in self.blocks:
+            drv.cuEventSynchronize(event)
+            drv.cuMemFreeHost(ptr)
+            drv.cuEventDestroy(event)
+        self.blocks.clear()

@@ -1,0 +1,88 @@
+"""The launch fast path: a validated launch, remembered per launch configuration.
+
+After a launch passes the executor's full checks, `remember` compiles a small Python
+function (a *plan*) for its configuration (grid, block, device, stream) that re-checks only
+what can change between calls with the same types: each argument's Python type, each
+array's device, dtype and rank, each integer's range, each constexpr's value. When those
+hold, the plan converts the scalars and calls the backend directly, skipping device
+selection, dimension checks, type binding and the specialisation lookup. When they do not,
+the plan declines and the executor's full path runs (and remembers a new plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..ir.types import ConstexprType, ScalarType, Type
+from ..runtime.array import DeviceArray
+
+if TYPE_CHECKING:
+    from ..lang.kernel import Kernel
+    from ..runtime.device import Device
+
+Plan = Callable[[Sequence[Any]], bool]
+_SCALAR_TYPES = (bool, int, float, np.generic)
+
+
+def try_plan(kernel: Kernel, grid: Any, block: Any, device: Any, stream: Any,
+             args: Sequence[Any]) -> bool:
+    """Run the launch through a remembered plan; False when none applies."""
+    try:
+        plan = kernel.launch_plans.get((grid, block, device, stream))
+    except TypeError:  # an unhashable grid or block (a list)
+        return False
+    return plan is not None and plan(args)
+
+
+def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
+             arg_types: tuple[Type, ...], dev: Device, call: Callable[..., None],
+             before: tuple[Any, ...], after: tuple[Any, ...]) -> None:
+    """Compile and store the plan for a launch that just passed the full checks.
+
+    The plan calls `call(*before, device_args, *after)` (the backend's launch). Launches
+    with NumPy or foreign arrays (which need copies or adoption) get no plan.
+    """
+    try:
+        hash(key)
+    except TypeError:
+        return
+    checks, outs = [], []
+    scope: dict[str, Any] = {"DA": DeviceArray, "DEV": dev, "call": call}
+    scope.update({f"B{j}": v for j, v in enumerate(before)})
+    scope.update({f"A{j}": v for j, v in enumerate(after)})
+    for i, (value, t) in enumerate(zip(args, arg_types)):
+        a = f"a{i}"
+        if isinstance(value, DeviceArray):
+            scope[f"D{i}"] = value.dtype
+            checks.append(f"type({a}) is DA and {a}.device is DEV and {a}.dtype is D{i} "
+                          f"and len({a}.shape) == {value.ndim}")
+            outs.append(a)
+        elif isinstance(value, _SCALAR_TYPES):
+            scope[f"T{i}"] = type(value)
+            checks.append(f"type({a}) is T{i}")
+            if isinstance(t, ConstexprType):
+                scope[f"V{i}"] = value
+                checks.append(f"{a} == V{i}")
+                continue
+            assert isinstance(t, ScalarType)
+            if t.is_int:
+                lo, hi = t.range()
+                checks.append(f"{lo} <= {a} <= {hi}")
+            scope[f"C{i}"] = t.dtype.type
+            outs.append(f"C{i}({a})")
+        else:
+            return
+    names = ", ".join(f"a{i}" for i in range(len(args)))
+    source = (
+        "def plan(a):\n"
+        f"    if len(a) != {len(args)}:\n        return False\n"
+        + (f"    {names}, = a\n" if args else "")
+        + (f"    if not ({' and '.join(checks)}):\n        return False\n" if checks else "")
+        + f"    call({''.join(f'B{j}, ' for j in range(len(before)))}[{', '.join(outs)}]"
+        + f"{''.join(f', A{j}' for j in range(len(after)))})\n    return True\n"
+    )
+    exec(compile(source, f"<kiln launch plan {kernel.name}>", "exec"), scope)
+    kernel.launch_plans[key] = scope["plan"]
