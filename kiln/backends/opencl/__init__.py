@@ -24,8 +24,6 @@ from ...framework.backend import (
 from ...framework.registry import register_backend
 from ...ir import nodes as ir
 from ...ir.passes import pipeline_for
-from ...ir.visit import walk
-from ...lang.errors import UnsupportedError
 from ...runtime.array import DeviceArray
 from . import runtime
 from .build import Built, build
@@ -75,7 +73,7 @@ class OpenCLBackend(JITBackend):
         return PRIORITY.get(capabilities.kind, PRIORITY[DeviceKind.ACCELERATOR])
 
     def pipeline(self, device: Device | None) -> Sequence[Pass]:
-        return [reject_recursion, *pipeline_for(device)]
+        return pipeline_for(device)
 
     def build_identity(self, device: Device) -> str:
         return device.handle.identity
@@ -149,17 +147,6 @@ def flatten(args: Sequence[Any]) -> list[Any]:
         else:
             out.append(a)
     return out
-
-
-def reject_recursion(program: ir.Program) -> ir.Program:
-    """OpenCL C has no recursion: UnsupportedError at a device function's call of itself."""
-    for func in program.functions:
-        for node in walk(func.body):
-            if isinstance(node, ir.Call) and node.func == func.name:
-                raise UnsupportedError(
-                    f"`{func.name}` calls itself, and OpenCL C does not allow recursion "
-                    "(rewrite it as a loop, or use another backend)", node.loc or func.loc)
-    return program
 
 
 backend = OpenCLBackend()

@@ -131,7 +131,9 @@ class OpenCLEmitter(CEmitter):
     kernel_qualifier = "__kernel"
     space_qualifiers: ClassVar[dict[MemorySpace, str]] = {MemorySpace.SHARED: "__local"}
     pointer_qualifiers: ClassVar[dict[MemorySpace, str]] = POINTER_QUALIFIERS
-    prologue = ""
+    prologue = "#pragma OPENCL FP_CONTRACT OFF\n"
+    """No fused multiply-adds the program did not ask for (`kiln.fma`): results match C and
+    NumPy (a kernel's `fastmath=True` option allows them again)."""
     reserved = CEmitter.reserved | OPENCL_WORDS
     helpers: ClassVar[dict[str, HelperTemplate]] = {
         **C_HELPERS,

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...framework.backend import Capabilities, DeviceKind
 from ...framework.cache import CompileCache
+from ...framework.intrinsics import ATOMIC_TYPES
 
 if TYPE_CHECKING:
     import pyopencl as cl
@@ -106,14 +107,17 @@ def _warp_size(handle: CLDevice) -> int:
 
 
 def atomics_of(handle: CLDevice) -> frozenset[str]:
-    """Element types with atomics: 32-bit always (float ones via compare-and-swap),
-    64-bit with cl_khr_int64_base_atomics (f64 also needs fp64)."""
-    kinds = {"i32", "u32", "f32"}
-    if handle.int64_atomics:
-        kinds |= {"i64", "u64"}
-        if handle.fp64:
-            kinds.add("f64")
-    return frozenset(kinds)
+    """`"<atomic>:<type>"` entries and type names: 32-bit types always (float ones through
+    compare-and-swap), i64/u64 with both cl_khr_int64 atomics extensions, f64 (add, through
+    compare-and-swap) with the base one and fp64."""
+    types = {"i32", "u32", "f32"}
+    if handle.int64_atomics and handle.int64_extended_atomics:
+        types |= {"i64", "u64"}
+    if handle.int64_atomics and handle.fp64:
+        types.add("f64")
+    pairs = {f"{op}:{t.name}" for op, allowed in ATOMIC_TYPES.items() for t in allowed
+             if t.name in types}
+    return frozenset(pairs | types)
 
 
 def capabilities(handle: CLDevice) -> Capabilities:

@@ -1,0 +1,219 @@
+"""The opencl backend on a real OpenCL platform (PoCL in CI), checked against NumPy."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from conftest import marked_line, run_python
+
+import kiln
+from kiln import f32, f64, i32, i64, u32
+
+opencl_entry = next(e for e in kiln.backends() if e.name == "opencl")
+pytestmark = pytest.mark.skipif(not opencl_entry.available,
+                                reason=f"no OpenCL device: {opencl_entry.reason}")
+
+
+@pytest.fixture(scope="module")
+def dev() -> kiln.Device:
+    return kiln.device("opencl")
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+@kiln.kernel
+def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        c[i] = a[i] + b[i]
+
+
+@kiln.kernel
+def block_sum(x: f32[:], out: f32[:], n: i32):
+    s = kiln.shared(f32, 64)
+    t = kiln.thread_idx.x
+    acc = f32(0)
+    i = kiln.global_id(0)
+    while i < n:
+        acc += x[i]
+        i += kiln.global_size(0)
+    s[t] = acc
+    kiln.barrier()
+    k = kiln.block_dim.x // 2
+    while k > 0:
+        if t < k:
+            s[t] += s[t + k]
+        kiln.barrier()
+        k //= 2
+    if t == 0:
+        kiln.atomic_add(out, 0, s[0])
+
+
+@kiln.kernel
+def atomics(f: f32[:], d: f64[:], q: i64[:], u: u32[:], x: f32[:], n: i32):
+    lo = kiln.shared(f32, 1)
+    if kiln.thread_idx.x == 0:
+        lo[0] = f32(1e30)
+    kiln.barrier()
+    i = kiln.global_id(0)
+    if i < n:
+        kiln.atomic_add(d, 0, f64(x[i]))
+        kiln.atomic_max(f, 0, x[i])
+        kiln.atomic_min(lo, 0, x[i])
+        kiln.atomic_add(q, 0, i64(i) * 3000000000)
+        kiln.atomic_max(q, 1, i64(i))
+        kiln.atomic_or(u, 0, u32(1) << u32(i % 32))
+    kiln.barrier()
+    if kiln.thread_idx.x == 0:
+        kiln.atomic_min(f, 1, lo[0])
+
+
+@kiln.kernel
+def masked_copy(src: f32[:], dst: f32[:], enabled: bool, n: i32):
+    i = kiln.global_id(0)
+    if enabled and i < n:
+        dst[i] = src[i]
+
+
+@kiln.kernel
+def double_it(x: f64[:]):
+    i = kiln.global_id(0)
+    x[i] = x[i] * 2
+
+
+def test_devices_rank_by_kind(dev):
+    caps = dev.capabilities
+    assert caps.backend == "opencl" and dev.name.startswith("opencl:")
+    expected = {kiln.DeviceKind.GPU: 80, kiln.DeviceKind.CPU: 30}
+    assert dev.priority == expected.get(caps.kind, 60)
+    if caps.kind is kiln.DeviceKind.CPU:
+        assert caps.unified_memory  # PoCL's CPU device shares host memory: zero-copy
+    assert {"i32", "f32", "atomic_add:f32"} <= caps.atomics
+
+
+def test_imports_without_pyopencl():
+    code = ("import sys; sys.modules['pyopencl'] = None\n"
+            "import kiln\n"
+            "e = next(e for e in kiln.backends() if e.name == 'opencl')\n"
+            "print(e.available, e.reason)")
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("False pyopencl is not installed")
+
+
+def test_source_is_opencl_c():
+    src = block_sum.source("opencl")
+    assert "__kernel void block_sum(__global float *x, int x_shape0," in src
+    assert "__local float s[64];" in src
+    assert "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE)" in src
+    assert "get_local_id(0)" in src and "get_group_id(0)" in src
+    assert "atomic_cmpxchg" in src  # f32 atomic add through compare-and-swap
+    assert "cl_khr_fp64" not in src
+    assert "#pragma OPENCL EXTENSION cl_khr_fp64 : enable" in double_it.source("opencl")
+    assert "cl_khr_int64_base_atomics" in atomics.source("opencl")
+
+
+def test_vector_add_and_reduce(dev):
+    n = 10_000
+    rng = np.random.default_rng(0)
+    a, b = rng.random(n, np.float32), rng.random(n, np.float32)
+    c = kiln.empty(n, f32, dev)
+    vector_add[-(-n // 128), 128](kiln.to_device(a, dev), kiln.to_device(b, dev), c, n)
+    np.testing.assert_array_equal(c.numpy(), a + b)
+    out = kiln.zeros(1, f32, dev)
+    block_sum[32, 64](kiln.to_device(a, dev), out, n)
+    np.testing.assert_allclose(out.numpy()[0], a.sum(dtype=np.float64), rtol=1e-4)
+
+
+def test_atomics_32_and_64_bit(dev):
+    n = 1000
+    x = np.random.default_rng(1).random(n).astype(np.float32) + 0.5
+    f = np.array([-1.0, 1e30], np.float32)
+    d, q, u = np.zeros(1), np.zeros(2, np.int64), np.zeros(1, np.uint32)
+    atomics[-(-n // 128), 128](f, d, q, u, x, n)
+    dev.synchronize()
+    assert f[0] == x.max() and f[1] == x.min()
+    np.testing.assert_allclose(d[0], x.astype(np.float64).sum(), rtol=1e-12)
+    assert q[0] == np.arange(n, dtype=np.int64).sum() * 3_000_000_000 and q[1] == n - 1
+    assert u[0] == 0xFFFFFFFF
+
+
+def test_bool_argument(dev):
+    src = np.arange(5, dtype=np.float32)
+    for flag in (True, False):
+        dst = np.zeros(5, np.float32)
+        masked_copy[1, 32](src, dst, flag, 5)
+        dev.synchronize()
+        np.testing.assert_array_equal(dst, src if flag else 0)
+
+
+def test_events_time_the_queue(dev):
+    n = 1 << 20
+    a = kiln.to_device(np.ones(n, np.float32), dev)
+    c = kiln.empty(n, f32, dev)
+    start, end = kiln.Event(dev), kiln.Event(dev)
+    start.record()
+    vector_add[n // 256, 256](a, a, c, n)
+    end.record()
+    end.synchronize()
+    assert 0 < start.elapsed_time(end) < 10_000
+    assert c.numpy()[-1] == 2
+
+
+def test_zero_copy_shares_host_memory(dev):
+    if not dev.capabilities.unified_memory:
+        pytest.skip(f"{dev.capabilities.name} does not share host memory")
+    host = np.arange(8, dtype=np.float64)
+    arr = kiln.to_device(host, dev)
+    assert arr.buffer.hostbuf is host
+    double_it[1, 8](arr)
+    np.testing.assert_array_equal(arr.numpy(), np.arange(8) * 2)
+    assert host[3] == 6  # written in place
+
+
+def test_binaries_are_cached_on_disk(dev, cache_dir):
+    @kiln.kernel
+    def scale(x: f32[:], k: f32):
+        x[kiln.global_id(0)] *= k
+
+    x = kiln.to_device(np.ones(4, np.float32), dev)
+    scale[1, 4](x, f32(3))
+    entries = list((cache_dir / "opencl").glob("*.clbin"))
+    assert len(entries) == 1
+    dev.handle.cache.forget()
+    scale.specializations.clear()
+    scale[1, 4](x, f32(2))  # rebuilt from the cached binary
+    np.testing.assert_array_equal(x.numpy(), 6)
+    assert list((cache_dir / "opencl").glob("*.clbin")) == entries
+
+
+def test_build_errors_point_at_the_users_line(dev):
+    from kiln.backends.opencl.build import build_from_source
+
+    line = marked_line(test_build_errors_point_at_the_users_line)
+    source = (f'__kernel void k(__global float *a) {{\n#line {line} "{__file__}"\n'
+              "    a[0] = undefined_name;\n}\n")  # error
+    with pytest.raises(kiln.BackendCompileError) as info:
+        build_from_source(dev.handle, source, ["-cl-std=CL1.2"])
+    assert info.value.loc is not None and info.value.loc.line == line
+    assert info.value.loc.file == __file__
+    assert "undefined_name" in str(info.value)
+
+
+def test_missing_fp64_is_a_device_feature_error(dev):
+    caps = dataclasses.replace(dev.capabilities, fp64=False, name="no-fp64 device")
+    no_fp64 = kiln.Device(dev.backend, dev.index, dev.handle, caps, dev.priority)
+
+    @kiln.kernel
+    def halve(x: f64[:]):
+        x[0] = x[0] / 2  # error
+
+    with pytest.raises(kiln.DeviceFeatureError, match="f64") as info:
+        halve.compile(no_fp64)
+    assert info.value.line == marked_line(halve)
