@@ -66,7 +66,9 @@ def returns_early_then_syncs(x: i32):
 
 @kiln.func
 def is_even(x: i32) -> kiln.bool_:
-    return x % 2 == 0
+    if x % 2 == 0:  # noqa: SIM103 - an early return that depends on the argument
+        return True
+    return False
 
 
 # ---------------------------------------------------------------- accepted
@@ -162,9 +164,29 @@ def thread_if_without_barrier(a: f32[:]):
     a[t] = x
 
 
+@kiln.kernel
+def after_thread_break_of_inner_loop(a: f32[:]):
+    for _j in range(4):
+        k = 0
+        while True:
+            if k == kiln.thread_idx.x:
+                break
+            k += 1
+        kiln.barrier()
+
+
+@kiln.kernel
+def after_thread_return_in_callee(a: f32[:]):
+    x = is_even(kiln.thread_idx.x)
+    kiln.barrier()
+    if x:
+        a[kiln.thread_idx.x] = 1.0
+
+
 ACCEPTED = [uniform_loop, block_varying_while, uniform_early_return, block_dependent_if,
             shared_value_loop, after_thread_loop, uniform_break, thread_args_uniform_call,
-            thread_if_without_barrier]
+            thread_if_without_barrier, after_thread_break_of_inner_loop,
+            after_thread_return_in_callee]
 
 
 @pytest.mark.parametrize("kernel", ACCEPTED, ids=[k.name for k in ACCEPTED])
@@ -377,6 +399,7 @@ INVALID = {
     "kernel returns value": [at_loc(ir.Return(const(1)))],
     "intrinsic types": [at_loc(ir.Assign("x", ir.IntrinsicCall(i32, "sqrt", [var("n")])))],
     "undeclared call": [at_loc(ir.Assign("x", ir.Call(i32, "f", [])))],
+    "float constant of int type": [at_loc(ir.Assign("x", const(1.5)))],
 }
 
 
@@ -395,8 +418,8 @@ def test_shared_array_in_device_function_is_rejected() -> None:
 
 
 def test_check_program_returns_the_program() -> None:
-    program = kernel_program([ir.Assign("x", ir.BinOp(i32, "+", var("n"), const(1)))],
-                             {"x": i32})
+    program = kernel_program([ir.Assign("x", ir.BinOp(i64, "+", var("x", i64),
+                                                      const(2**63 - 1, i64)))], {"x": i64})
     assert check_program(program) is program
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+import numpy as np
+
 from ...framework.intrinsics import IntrinsicTypeError, intrinsics
 from ...lang.errors import KernelError, UnsupportedError
 from .. import nodes as ir
@@ -164,8 +166,8 @@ class _Validator:
                 t = self.scalar(e.type, "constant", e)
                 self.require(isinstance(value, (bool, int, float)) or hasattr(value, "item"),
                              f"constant {value!r} is not a number", e)
-                self.require(not t.is_int or float(value) == int(value),
-                             f"integer constant {value!r}", e)
+                self.require(not t.is_int or not isinstance(value, (float, np.floating)),
+                             f"{t} constant {value!r} is not an integer", e)
             case ir.Var(name=name):
                 declared = self.vars.get(name)
                 self.require(declared is not None, f"unknown variable `{name}`", e)
