@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...framework.backend import (
     Availability,
@@ -22,9 +22,13 @@ from ...framework.backend import (
 from ...framework.intrinsics import ATOMIC_TYPES
 from ...framework.registry import register_backend
 from ...ir.nodes import Program
+from ...ir.passes import Pass, pipeline_for
 from ...runtime.host import HostMemoryMixin, HostStream
 from . import intrinsics as _intrinsics  # noqa: F401 - registers the implementations
 from .executor import ProgramCode
+
+if TYPE_CHECKING:
+    from ...runtime.device import Device
 
 
 def _host_memory() -> int:
@@ -61,11 +65,15 @@ class InterpBackend(HostMemoryMixin, DirectBackend):
             warp_size=1,
             fp64=True,
             fp16=True,
-            atomics=frozenset(ATOMIC_TYPES),
+            atomics=frozenset(f"{op}:{t.name}" for op, types in ATOMIC_TYPES.items()
+                              for t in types),
             unified_memory=True,
             arch="numpy",
         )
         return [(None, caps)]
+
+    def pipeline(self, device: Device | None) -> Sequence[Pass]:
+        return pipeline_for(device)
 
     def code(self, program: Program) -> ProgramCode:
         """The program compiled to closures (once per program)."""
