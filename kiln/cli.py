@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.columns import Columns
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -22,6 +24,7 @@ from rich.table import Table
 from .framework.backend import Backend, Capabilities, ExecutionModel
 from .ir.types import SCALAR_BY_NAME, ArrayType, ScalarType, Type, bool_, f32, i32
 from .lang.errors import KernelError, LaunchError
+from .runtime.device import Device
 from .runtime.selection import DeviceNotFoundError
 
 out = Console(highlight=False)
@@ -119,6 +122,15 @@ def _bytes(n: int) -> str:
     raise AssertionError  # pragma: no cover
 
 
+def _atomics(names: frozenset[str]) -> str:
+    """`atomic_add:f32`, `atomic_add:i32`, ... as `add (f32 i32)`, ..."""
+    types: dict[str, list[str]] = {}
+    for item in sorted(names):
+        op, _, t = item.partition(":")
+        types.setdefault(op.removeprefix("atomic_"), []).extend([t] if t else [])
+    return ", ".join(f"{op} ({' '.join(ts)})" if ts else op for op, ts in types.items()) or "-"
+
+
 # ---------------------------------------------------------------- commands
 
 
@@ -145,19 +157,25 @@ def cmd_info(args: argparse.Namespace) -> int:
     if not all_devices:
         out.print("no devices available")
         return 0
-    default = kiln.device()
-    caps = Table(title=f"devices (default: {default.name})", title_justify="left")
-    caps.add_column("capability")
-    for d in all_devices:
-        caps.add_column(d.name)
-    for key in all_devices[0].capabilities.as_dict():
-        values = [_capability(d.capabilities, key) for d in all_devices]
-        caps.add_row(key, *values)
-    out.print(caps)
+    out.print(f"default device: [bold]{kiln.device().name}[/bold]")
+    out.print(Columns([device_table(d) for d in all_devices]))
     return 0
 
 
+def device_table(device: Device) -> Table:
+    table = Table(title=f"{device.name}: {escape(device.capabilities.name)}",
+                  title_justify="left", show_header=False)
+    table.add_column(no_wrap=True)
+    table.add_column(max_width=40)
+    for key in device.capabilities.as_dict():
+        if key not in ("backend", "name"):
+            table.add_row(key, _capability(device.capabilities, key))
+    return table
+
+
 def _capability(caps: Capabilities, key: str) -> str:
+    if key == "atomics":
+        return _atomics(caps.atomics)
     value = caps.as_dict()[key]
     if "memory" in key and isinstance(value, int) and not isinstance(value, bool):
         return _bytes(value)
@@ -192,13 +210,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Run the conformance suite against one registered backend."""
-    backend_named(args.backend)  # an unknown name is a usage error
-    try:
-        from .conformance import check_command
-    except ImportError as exc:
-        raise UsageError(f"the conformance suite is not installed ({exc})") from None
-    return check_command(args.backend, args.select)
+    """Run the conformance suite against one registered backend (or device spec)."""
+    from .conformance import check_command
+
+    return check_command(args.backend, args.select, console=out)
 
 
 def benchmarks_dir() -> Path:
@@ -206,16 +221,19 @@ def benchmarks_dir() -> Path:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Run each benchmark script in benchmarks/ (a checkout), passing the options on."""
+    """Run each benchmark script in benchmarks/ (a checkout), on one backend if asked."""
     folder = benchmarks_dir()
     scripts = sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
     if not scripts:
         raise UsageError(f"no benchmark scripts in {folder} (benchmarks ship with a checkout)")
-    extra = ["--backend", args.backend] if args.backend else []
+    env = dict(os.environ)
+    if args.backend:
+        backend_named(args.backend)
+        env["KILN_BACKEND"] = args.backend
     status = 0
     for script in scripts:
         out.print(f"[bold]{script.name}[/bold]")
-        status |= subprocess.call([sys.executable, str(script), *extra, *args.script_args])
+        status |= subprocess.call([sys.executable, str(script)], env=env)
     return status
 
 
@@ -260,11 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", "-d", help="device spec, e.g. interp, cpu, cuda:0")
     p.add_argument("--repeat", type=int, default=7, help="timed runs per kernel (median)")
     p = command("check", cmd_check, "run the conformance suite against a backend")
-    p.add_argument("backend", metavar="BACKEND")
+    p.add_argument("backend", metavar="BACKEND", help="a backend name or device spec")
     p.add_argument("-k", dest="select", help="only tests matching this pytest -k expression")
     p = command("bench", cmd_bench, "run the benchmark scripts in benchmarks/")
-    p.add_argument("--backend", "-b", help="only this backend")
-    p.add_argument("script_args", nargs=argparse.REMAINDER, help="passed to each script")
+    p.add_argument("--backend", "-b", help="run on this backend (sets KILN_BACKEND)")
     p = command("cache", cmd_cache, "show or clear the on-disk compile cache")
     p.add_argument("action", choices=("info", "clear"), nargs="?", default="info")
     p.add_argument("--backend", "-b", help="clear only this backend's entries")
