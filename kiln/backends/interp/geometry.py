@@ -8,6 +8,7 @@ seven *basis* variables below, which `Affine` values refer to.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +83,7 @@ class Chunk:
         self.lo, self.hi = tuple(lo), tuple(hi)
         self.first = (0, 0, 0, *first, 0)
         self.varying = tuple(a != b for a, b in zip(self.lo, self.hi))
-        self.cache: dict[object, np.ndarray] = {}
+        self.cache: dict[tuple, Any] = {}  # basis vectors and affine values (see values)
 
     def vector(self, k: int) -> np.ndarray:
         """The int32 values of basis variable `k` at every lane (cached)."""
@@ -102,15 +103,14 @@ class Chunk:
             self.cache[key] = vec
         return vec
 
-    def remember(self, key: object, value: np.ndarray) -> np.ndarray:
-        """Keep a per-chunk vector, evicting the oldest past a small bound."""
+    def remember(self, key: tuple, value: Any) -> None:
+        """Keep a per-chunk value, evicting the oldest past a small bound."""
         if len(self.cache) >= self.CACHE_SIZE + NBASIS:
             for old in self.cache:
                 if old[0] != "basis":
                     del self.cache[old]
                     break
         self.cache[key] = value
-        return value
 
 
 def _block_coords(b: int, gx: int, gy: int) -> tuple[int, int, int]:

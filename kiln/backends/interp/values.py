@@ -36,13 +36,14 @@ def wrap(value: int, dtype: np.dtype) -> int:
 class Affine:
     """An integer value linear in the chunk's index basis (exact; wraps when materialised)."""
 
-    __slots__ = ("chunk", "dtype", "const", "coef", "_bounds", "_linear")
+    __slots__ = ("chunk", "dtype", "const", "coef", "_bounds", "_linear", "_array")
     __array_ufunc__ = None  # NumPy operands defer to our reflected operators
 
     def __init__(self, chunk: Chunk, dtype: np.dtype, const: int, coef: tuple[int, ...]) -> None:
         self.chunk, self.dtype, self.const, self.coef = chunk, dtype, const, coef
         self._bounds: tuple[int, int] | None = None
         self._linear: tuple[int, int] | None | bool = False
+        self._array: np.ndarray | None = None
 
     @staticmethod
     def make(chunk: Chunk, dtype: np.dtype, const: int, coef: tuple[int, ...]) -> Value:
@@ -101,12 +102,21 @@ class Affine:
 
     # ---- materialisation
     def array(self) -> np.ndarray:
-        """The per-lane values, in the dtype (cached per chunk; never modify the result)."""
-        key = (self.dtype.char, self.const, self.coef)
-        cached = self.chunk.cache.get(key)
-        if cached is None:
-            cached = self.chunk.remember(key, self._materialise())
-        return cached
+        """The per-lane values, in the dtype (never modify the result).
+
+        The chunk remembers one array per combination of coefficients; values that differ
+        only in the constant (a loop counter's address) cost one addition."""
+        if self._array is None:
+            key = (self.dtype.char, self.coef)
+            known = self.chunk.cache.get(key)
+            if known is None:
+                self._array = self._materialise()
+                self.chunk.remember(key, (self.const, self._array))
+            else:
+                const, values = known
+                delta = wrap(self.const - const, self.dtype)
+                self._array = values + self.dtype.type(delta) if delta else values
+        return self._array
 
     def _materialise(self) -> np.ndarray:
         chunk = self.chunk
