@@ -7,9 +7,12 @@ backend reports itself unavailable, with the reason, where they or a GPU are mis
 from __future__ import annotations
 
 from ...framework.registry import register_backend
+from ...runtime.interop import register_adopter
 from .backend import CudaBackend
+from .interop import adopt
 
 backend = CudaBackend()
 register_backend(backend, priority=CudaBackend.priority)
+register_adopter(adopt)
 
 __all__ = ["CudaBackend", "backend"]

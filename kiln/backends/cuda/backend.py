@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,10 +15,10 @@ from ...framework.buildenv import BuildEnv
 from ...framework.cache import CompileCache, cache_key
 from ...framework.intrinsics import ATOMIC_TYPES
 from ...ir.nodes import Program
-from . import nvrtc
+from . import interop, nvrtc
 from .dialect import CudaEmitter
 from .driver import Context, api, check, probe
-from .launch import Routine, load_module
+from .launch import Routine, load_module, raw_packer
 from .memory import Buffer, PinnedStaging
 
 if TYPE_CHECKING:
@@ -51,6 +51,21 @@ class StreamHandle:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             api().cuStreamDestroy(self.stream)
+
+
+class GraphHandle:
+    """A captured CUDA graph and its executable instance."""
+
+    __slots__ = ("graph", "exec")
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+        self.exec = check(api().cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            api().cuGraphExecDestroy(self.exec)
+            api().cuGraphDestroy(self.graph)
 
 
 class EventHandle:
@@ -141,6 +156,37 @@ class CudaBackend(JITBackend):
                stream: StreamHandle) -> None:
         routine.launch(grid, block, args, stream.stream)
 
+    def prepare_launch(self, routine: Routine, grid: Dim3, block: Dim3, args: Sequence[Any],
+                       stream: StreamHandle) -> Callable[[], None]:
+        return routine.prepared(grid, block, args, stream.stream)
+
+    def load_raw(self, code: str | bytes, name: str, device: Device,
+                 options: dict[str, Any]) -> Routine:
+        """A hand-written kernel: CUDA C++ (compiled with NVRTC), PTX text or a cubin."""
+        context: Context = device.handle
+        if isinstance(code, bytes):
+            image = code
+        elif ".entry" in code and code.lstrip().startswith((".version", "//")):
+            image = code.encode() + b"\0"
+        else:
+            image = compile_cached(code, name, device.capabilities.arch,
+                                   fastmath=bool(options.get("fastmath", False))).image
+        return Routine(context, load_module(context, image), name, packer=raw_packer)
+
+    # ---- graphs (kiln.graph)
+    def begin_capture(self, stream: StreamHandle) -> None:
+        drv = api()
+        stream.context.activate()
+        mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        check(drv.cuStreamBeginCapture(stream.stream, mode), "cuStreamBeginCapture")
+
+    def end_capture(self, stream: StreamHandle) -> GraphHandle:
+        graph = check(api().cuStreamEndCapture(stream.stream), "cuStreamEndCapture")
+        return GraphHandle(graph)
+
+    def launch_graph(self, graph: GraphHandle, stream: StreamHandle) -> None:
+        check(api().cuGraphLaunch(graph.exec, stream.stream), "cuGraphLaunch")
+
     # ---- memory
     def allocate(self, device: Device, nbytes: int) -> Buffer:
         return Buffer.allocate(device.handle, nbytes)
@@ -162,6 +208,11 @@ class CudaBackend(JITBackend):
             dst.context.activate()
             check(api().cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, stream.stream),
                   "cuMemcpyDtoDAsync")
+
+    # ---- interop (see kiln.runtime.array.DeviceArray)
+    cuda_array_interface = staticmethod(interop.cuda_array_interface)
+    dlpack = staticmethod(interop.dlpack)
+    dlpack_device = staticmethod(interop.dlpack_device)
 
     # ---- streams and events
     def create_stream(self, device: Device) -> StreamHandle:

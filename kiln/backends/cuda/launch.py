@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -112,6 +113,22 @@ class Routine:
                             block[2], self.shared_bytes, stream, self._params, 0)
         if err:
             raise RuntimeError(f"cuLaunchKernel({self.name}) failed: {error_name(err)}")
+
+    def prepared(self, grid: Dim3, block: Dim3, args: Sequence[Any],
+                 stream: Any) -> Callable[[], None]:
+        """A launch with its own parameter block, packed once (see kernel.prepare)."""
+        param_block, pack = self._make_packer(args)
+        pack(args)
+        call = functools.partial(self._launch, self.function, *grid, *block, self.shared_bytes,
+                                 stream, param_block.address, 0)
+        keep = (param_block, tuple(args), self)  # the block and arrays outlive the closure
+
+        def launch() -> None:
+            err, = call()
+            if err:
+                raise RuntimeError(f"cuLaunchKernel({keep[2].name}) failed: {error_name(err)}")
+
+        return launch
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter shutdown the driver may be gone

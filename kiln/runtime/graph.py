@@ -1,0 +1,49 @@
+"""`kiln.graph()`: record the launches queued on a stream once, replay them with one call.
+
+    with kiln.graph(dev) as g:          # or kiln.graph(stream)
+        for _ in range(100):
+            step[grid, block](x, y)      # recorded, not run
+    g.launch()                           # runs all 100 launches (CUDA graphs on cuda)
+
+A backend supports it with `begin_capture(stream)`, `end_capture(stream) -> graph` and
+`launch_graph(graph, stream)`. The arguments are fixed when recorded; their contents are
+read when the graph runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .device import Device, Stream
+from .selection import device as resolve_device
+
+
+class Graph:
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.backend = stream.device.backend
+        if not hasattr(self.backend, "begin_capture"):
+            raise NotImplementedError(f"backend {self.backend.name!r} cannot record graphs")
+        self.handle: Any = None
+
+    def __enter__(self) -> Graph:
+        self.backend.begin_capture(self.stream.handle)  # type: ignore[attr-defined]
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        handle = self.backend.end_capture(self.stream.handle)  # type: ignore[attr-defined]
+        if exc_type is None:
+            self.handle = handle
+
+    def launch(self, stream: Stream | None = None) -> None:
+        """Run the recorded launches (asynchronously) on `stream` (default: the recording one)."""
+        if self.handle is None:
+            raise RuntimeError("the graph was not recorded (use `with kiln.graph(...) as g:`)")
+        self.backend.launch_graph(self.handle,  # type: ignore[attr-defined]
+                                  (stream or self.stream).handle)
+
+
+def graph(where: Device | Stream | str | None = None) -> Graph:
+    """A graph recording the launches queued on a stream (a device's default stream)."""
+    stream = where if isinstance(where, Stream) else resolve_device(where).default_stream
+    return Graph(stream)

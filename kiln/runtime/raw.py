@@ -1,0 +1,84 @@
+"""`kiln.RawKernel`: hand-written kernel source (or a binary module) launched like a kernel.
+
+The front is generic: a backend that supports raw kernels implements
+`load_raw(code, name, device, options) -> routine` (the routine then goes to its ordinary
+`launch`). Arguments are kiln arrays (or foreign ones, adopted without copies), passed as
+pointers only, and scalars: NumPy scalars keep their type, Python numbers follow kiln's
+literal rules (int -> int32, or int64 when it does not fit; float -> float32).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..ir.types import literal_type
+from ..lang.errors import LaunchError
+from .array import DeviceArray
+from .device import Device, Stream
+from .selection import device as resolve_device
+
+
+class RawKernel:
+    """`RawKernel(source, name, backend="cuda")`, launched with `k[grid, block](args...)`.
+
+    `source` is backend source text (CUDA C++ with an `extern "C"` entry point), or a
+    module the backend loads as is (PTX text, cubin bytes): the backend tells them apart.
+    """
+
+    def __init__(self, source: str | bytes, name: str, backend: str = "cuda",
+                 **options: Any) -> None:
+        self.source, self.name, self.backend_name, self.options = source, name, backend, options
+        self._routines: dict[Device, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<kiln.RawKernel {self.name} ({self.backend_name})>"
+
+    def __getitem__(self, config: tuple[Any, ...]) -> Any:
+        if not isinstance(config, tuple) or not 2 <= len(config) <= 3:
+            raise TypeError(f"write {self.name}[grid, block] or {self.name}[grid, block, stream]")
+        grid, block, *rest = config
+        return lambda *args: self.launch(grid, block, args, stream=rest[0] if rest else None)
+
+    def routine(self, device: Device) -> Any:
+        """The loaded kernel on `device` (compiled on first use)."""
+        routine = self._routines.get(device)
+        if routine is None:
+            load = getattr(device.backend, "load_raw", None)
+            if load is None:
+                raise LaunchError(f"backend {device.backend.name!r} does not load raw kernels")
+            routine = self._routines[device] = load(self.source, self.name, device, self.options)
+        return routine
+
+    def launch(self, grid: Any, block: Any, args: Sequence[Any],
+               device: Device | str | None = None, stream: Stream | None = None) -> None:
+        from ..framework.executor import adopt_foreign, as_dim3, validate_dims
+
+        args = adopt_foreign(args)
+        dev = (stream.device if stream is not None else resolve_device(device or
+               next((a.device for a in args if isinstance(a, DeviceArray)), None) or
+               self.backend_name))
+        if dev.backend.name != self.backend_name:
+            raise LaunchError(f"{self.name} is a {self.backend_name} kernel; "
+                              f"{dev.name} is a {dev.backend.name} device")
+        grid3, block3 = as_dim3(grid, "grid"), as_dim3(block, "block")
+        validate_dims(grid3, block3, dev)
+        values = [self._argument(i, a, dev) for i, a in enumerate(args)]
+        stream = stream or dev.default_stream
+        dev.backend.launch(self.routine(dev), grid3, block3, values,  # type: ignore[attr-defined]
+                           stream.handle)
+
+    def _argument(self, i: int, value: Any, dev: Device) -> Any:
+        if isinstance(value, DeviceArray):
+            if value.device is not dev:
+                raise LaunchError(f"argument #{i + 1} of {self.name} lives on "
+                                  f"{value.device.name}, not {dev.name}")
+            return value
+        if isinstance(value, np.generic):
+            return value
+        if isinstance(value, (bool, int, float)):
+            return literal_type(value).dtype.type(value)
+        raise LaunchError(f"argument #{i + 1} of {self.name}: expected a device array or a "
+                          f"number, got {type(value).__name__}")
