@@ -10,6 +10,7 @@ import threading
 
 import numpy as np
 import pytest
+from conftest import marked_line
 
 import kiln
 from kiln import f32, f64, i32, i64, u32
@@ -230,6 +231,12 @@ def float_sum(x: f64[:], total: f64[:], old: f64[:]):
 
 
 @kiln.kernel
+def scatter_to(a: f32[:], idx: i32[:]):
+    i = kiln.global_id(0)
+    a[idx[i]] = 1.0  # error
+
+
+@kiln.kernel
 def scale(a: f32[:], k: f32):
     i = kiln.global_id(0)
     a[i] = a[i] * k
@@ -408,6 +415,12 @@ def test_events_time_the_stream(interp: kiln.Device) -> None:
     end.synchronize()
     assert start.elapsed_time(end) >= 0
     assert (a.numpy() == 2).all()
+
+
+def test_an_out_of_bounds_store_names_the_array_and_line(interp: kiln.Device) -> None:
+    a = kiln.zeros(10, f32, interp)
+    with pytest.raises(IndexError, match=rf":{marked_line(scatter_to)}:.*outside array 'a'"):
+        run(interp, scatter_to, 1, 4, a, np.array([1, 2, 30, 3], np.int32))
 
 
 def test_every_standard_intrinsic_has_an_implementation() -> None:

@@ -9,6 +9,7 @@ no work. Each statement evaluates everything it reads before it writes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -79,6 +80,11 @@ def _has_effects(exprs: list[ir.Expr]) -> bool:
         or (isinstance(node, ir.IntrinsicCall) and intrinsics[node.name].side_effects)
         for e in exprs for node in walk(e)
     )
+
+
+def _out_of_bounds(node: ir.Stmt | ir.Expr, name: str, exc: IndexError) -> IndexError:
+    where = f"{node.loc}: " if node.loc else ""
+    return IndexError(f"{where}a thread wrote outside array '{name}' ({exc})")
 
 
 def _is_uniform_bool(c: Value) -> bool:
@@ -177,7 +183,11 @@ class FunctionCode:
                 if view is not None:
                     into(f, m, view)
                     return m
-            scatter(ref.flat, addr, value(f, m), m, chunk.n)
+            v = value(f, m)
+            try:
+                scatter(ref.flat, addr, v, m, chunk.n)
+            except IndexError as exc:
+                raise _out_of_bounds(s, name, exc) from None
             return m
 
         return run
@@ -471,7 +481,10 @@ class FunctionCode:
             if m is not None:
                 addr = addr[m]
                 values = [v[m] for v in values]
-            before = impl(ref.flat, addr, *values, old=old)
+            try:
+                before = impl(ref.flat, addr, *values, old=old)
+            except IndexError as exc:
+                raise _out_of_bounds(e, name, exc) from None
             if not old or m is None:
                 return before
             out = np.zeros(chunk.n, dtype)
@@ -503,7 +516,7 @@ class ProgramCode:
         bound: list[Any] = []
         for p, a in zip(self.program.kernel.params, args):
             if isinstance(p.type, ArrayType):
-                flat = a.buffer[: a.nbytes].view(a.dtype)
+                flat = a.buffer[: math.prod(a.shape) * a.dtype.itemsize].view(a.dtype)
                 bound.append(ArrayRef(flat, a.shape, MemorySpace.GLOBAL))
             else:
                 bound.append(a)
