@@ -376,7 +376,7 @@ class FunctionBuilder:
         if isinstance(node, (ast.Name, ast.Attribute)) and not self.is_local(node):
             value = self.resolver.try_resolve(node)
             return value if isinstance(value, (int, float, bool, np.number)) else None
-        if isinstance(node, ast.BinOp):
+        if isinstance(node, (ast.BinOp, ast.UnaryOp)):
             try:
                 expr = self.expr(node)
             except KernelError:
