@@ -52,8 +52,8 @@ C_MATH.update({
     "abs": _numeric("abs", "fabs{f}({0})"),
     "min": _numeric("min", "fmin{f}({0}, {1})"),
     "max": _numeric("max", "fmax{f}({0}, {1})"),
-    "isnan": "isnan({0})",
-    "isinf": "isinf({0})",
+    "isnan": "(isnan({0}) != 0)",  # C only promises nonzero (glibc's isinf(-inf) is -1)
+    "isinf": "(isinf({0}) != 0)",
 })
 
 intrinsics.implement("c", C_MATH)
