@@ -28,7 +28,6 @@ from .values import (
     Mask,
     Value,
     cast,
-    full,
     is_uniform,
     mask_and,
     mask_and_not,
@@ -85,6 +84,14 @@ def _has_effects(exprs: list[ir.Expr]) -> bool:
 def _out_of_bounds(node: ir.Stmt | ir.Expr, name: str, exc: IndexError) -> IndexError:
     where = f"{node.loc}: " if node.loc else ""
     return IndexError(f"{where}a thread wrote outside array '{name}' ({exc})")
+
+
+def active_lanes(value: Value, m: Mask, count: int, dtype: np.dtype) -> np.ndarray:
+    """The values of the `count` lanes active in `m`, as an array."""
+    value = materialise(value)
+    if isinstance(value, np.ndarray):
+        return value if m is None else value[m]
+    return np.full(count, value, dtype)
 
 
 def _is_uniform_bool(c: Value) -> bool:
@@ -476,11 +483,11 @@ class FunctionCode:
         def ev(f: Frame, m: Mask) -> Value:
             ref = f.vars[name]
             chunk = f.chunk
-            addr = full(chunk, address(ref, [i(f, m) for i in indices], chunk, wide), np.intp)
-            values = [full(chunk, v(f, m), dtype) for v in operands]
-            if m is not None:
-                addr = addr[m]
-                values = [v[m] for v in values]
+            addr = address(ref, [i(f, m) for i in indices], chunk, wide)
+            values = [v(f, m) for v in operands]
+            count = chunk.n if m is None else int(np.count_nonzero(m))
+            addr = active_lanes(addr, m, count, np.dtype(np.intp))
+            values = [active_lanes(v, m, count, dtype) for v in values]
             try:
                 before = impl(ref.flat, addr, *values, old=old)
             except IndexError as exc:

@@ -96,16 +96,24 @@ class Chunk:
             elif k <= TZ:
                 vec = launch.thread_vectors(self.nblocks)[k]
             else:
-                gx, gy, _ = launch.grid
-                blocks = np.arange(self.b0, self.b0 + self.nblocks, dtype=np.int64)
-                coord = (blocks % gx, blocks // gx % gy, blocks // (gx * gy))[k - BX]
-                vec = np.repeat(coord.astype(np.int32), launch.threads)
+                vec = np.repeat(self.block_vector(k), launch.threads)
             self.cache[key] = vec
+        return vec
+
+    def block_vector(self, k: int) -> np.ndarray:
+        """The int32 values of block coordinate `k` (BX, BY or BZ) for each block."""
+        key = ("basis", k, "per block")
+        vec = self.cache.get(key)
+        if vec is None:
+            gx, gy, _ = self.launch.grid
+            blocks = np.arange(self.b0, self.b0 + self.nblocks, dtype=np.int64)
+            coord = (blocks % gx, blocks // gx % gy, blocks // (gx * gy))[k - BX]
+            vec = self.cache[key] = coord.astype(np.int32)
         return vec
 
     def remember(self, key: tuple, value: Any) -> None:
         """Keep a per-chunk value, evicting the oldest past a small bound."""
-        if len(self.cache) >= self.CACHE_SIZE + NBASIS:
+        if len(self.cache) >= self.CACHE_SIZE + 2 * NBASIS:
             for old in self.cache:
                 if old[0] != "basis":
                     del self.cache[old]

@@ -94,7 +94,13 @@ def gather(flat: np.ndarray, addr: Value, n: int, view_ok: bool) -> Value:
         return out
     if isinstance(addr, Affine):
         lin = addr.linear()
-        addr = addr.dtype.type(lin[0]) if lin is not None and lin[1] == 0 else addr.array()
+        if lin is not None and lin[1] == 0:
+            addr = addr.dtype.type(lin[0])
+        else:
+            per_block = addr.per_block()
+            if per_block is not None:  # one element per block, read by all its threads
+                return np.repeat(flat.take(per_block, mode="clip"), n // per_block.size)
+            addr = addr.array()
     if isinstance(addr, np.ndarray):
         return flat.take(addr, mode="clip")
     return flat[min(max(int(addr), 0), flat.size - 1)]

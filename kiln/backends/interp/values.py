@@ -13,11 +13,12 @@ lanes active. Value arrays are never changed in place once made.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .geometry import LANE, NBASIS, Chunk
+from .geometry import BX, LANE, NBASIS, Chunk
 
 Value = Any  # np.generic | Affine | np.ndarray
 Mask = Any  # None | False | np.ndarray
@@ -128,15 +129,29 @@ class Affine:
             if (start, step) == (0, 1) and self.dtype == np.int32:
                 return chunk.vector(LANE)
             return np.arange(start, start + step * chunk.n, step, dtype=self.dtype)
-        # wrapping arithmetic in the dtype: intermediate overflow cancels out
-        dtype = self.dtype
+        per_block = self.per_block()
+        if per_block is not None:
+            return np.repeat(per_block, chunk.launch.threads)
+        return self._combination(chunk.n, chunk.vector)
+
+    def per_block(self) -> np.ndarray | None:
+        """One value per block of the chunk, when the value depends on block indices only."""
+        chunk = self.chunk
+        if any(c and chunk.varying[k] for k, c in enumerate(self.coef) if k < BX or k == LANE):
+            return None
+        return self._combination(chunk.nblocks, chunk.block_vector)
+
+    def _combination(self, size: int, vector: Callable[[int], np.ndarray]) -> np.ndarray:
+        """const + sum(coef * basis) over `vector(k)` of the varying variables, wrapping in
+        the dtype (intermediate overflow cancels out)."""
+        chunk, dtype = self.chunk, self.dtype
         base = self.const + sum(c * chunk.lo[k] for k, c in enumerate(self.coef)
                                 if c and not chunk.varying[k])
-        terms = [(chunk.vector(k).astype(dtype, copy=False), c)
-                 for k, c in enumerate(self.coef) if c and chunk.varying[k]]
-        acc = np.full(chunk.n, wrap(base, dtype), dtype)
-        for vec, c in terms:
-            acc += vec if c == 1 else vec * dtype.type(wrap(c, dtype))
+        acc = np.full(size, wrap(base, dtype), dtype)
+        for k, c in enumerate(self.coef):
+            if c and chunk.varying[k]:
+                vec = vector(k).astype(dtype, copy=False)
+                acc += vec if c == 1 else vec * dtype.type(wrap(c, dtype))
         return acc
 
     # ---- arithmetic that stays affine
@@ -226,14 +241,6 @@ def owned(value: Value) -> Value:
     return value
 
 
-def full(chunk: Chunk, value: Value, dtype: np.dtype) -> np.ndarray:
-    """A value as an array of one element per lane."""
-    value = materialise(value)
-    if isinstance(value, np.ndarray):
-        return value
-    return np.full(chunk.n, value, dtype)
-
-
 def cast(value: Value, dtype: np.dtype) -> Value:
     """C conversion to `dtype` (float to int truncates toward zero)."""
     if isinstance(value, Affine):
@@ -288,11 +295,3 @@ def mask_or(a: Mask, b: Mask) -> Mask:
     if b is False:
         return a
     return _settle(a | b)
-
-
-def active_count(mask: Mask, n: int) -> int:
-    if mask is None:
-        return n
-    if mask is False:
-        return 0
-    return int(np.count_nonzero(mask))
