@@ -152,18 +152,18 @@ class ConstexprType(Type):
 constexpr = ConstexprType()
 
 
-def Array(elem: ScalarType, ndim: int) -> ArrayType:  # noqa: N802 - spelled like a type
-    """`kiln.Array[f32, 2]` is `f32[:, :]`."""
-    return ArrayType(elem, ndim)
-
-
 class _ArrayAlias:
+    """`kiln.Array[f32, 2]` (also `kiln.Array(f32, 2)`) is `f32[:, :]`."""
+
     def __getitem__(self, key: tuple[ScalarType, int]) -> ArrayType:
         elem, ndim = key
         return ArrayType(elem, ndim)
 
+    def __call__(self, elem: ScalarType, ndim: int) -> ArrayType:
+        return ArrayType(elem, ndim)
 
-ArrayAlias = _ArrayAlias()
+
+Array = ArrayAlias = _ArrayAlias()
 
 
 def widen_for_arithmetic(t: ScalarType) -> ScalarType:
