@@ -39,7 +39,7 @@ def vector_add_f32(device):
 def reduce_sum(x: f32[:], out: f32[:], n: i32):
     s = kiln.shared(f32, REDUCE_BLOCK)
     t = kiln.thread_idx.x
-    acc = f32(0)
+    acc: f32 = 0
     i = kiln.global_id(0)
     while i < n:  # grid-stride loop
         acc += x[i]
@@ -146,7 +146,7 @@ def matmul_tiled_f32(device):
 
 
 @kiln.kernel
-def transpose_tiled(src: f32[:, :], dst: f32[:, :]):
+def transpose_tiled(src: kiln.Array[kiln.float32, 2], dst: kiln.Array[kiln.float32, 2]):
     tile = kiln.shared(f32, (TILE, TILE + 1))  # padded against bank conflicts
     rows, cols = src.shape[0], src.shape[1]
     x = kiln.block_idx.x * TILE + kiln.thread_idx.x
@@ -170,7 +170,7 @@ def transpose_tiled_f32(device):
 
 
 @kiln.kernel
-def stencil_1d(x: f32[:], y: f32[:], n: i32):
+def stencil_1d(x: f32[:], y: f32[:], n: int):
     s = kiln.shared(f32, BLOCK + 2)  # the block's items and one halo cell on each side
     t = kiln.thread_idx.x
     i = kiln.global_id(0)
@@ -181,11 +181,10 @@ def stencil_1d(x: f32[:], y: f32[:], n: i32):
     if (t == BLOCK - 1 or i == n - 1) and i + 1 < n:
         s[t + 2] = x[i + 1]
     kiln.barrier()
-    if i < n:
-        if i == 0 or i == n - 1:
-            y[i] = s[t + 1]
-        else:
-            y[i] = 0.25 * s[t] + 0.5 * s[t + 1] + 0.25 * s[t + 2]
+    if 0 < i < n - 1:
+        y[i] = 0.25 * s[t] + 0.5 * s[t + 1] + 0.25 * s[t + 2]
+    elif i < n:  # the two ends are copied
+        y[i] = s[t + 1]
 
 
 @case()
@@ -200,6 +199,12 @@ def stencil_1d_f32(device):
     assert_close(y, expected, "y", rtol=1e-6)
 
 
+@kiln.func
+def count_into(hist: i32[:], value: i32):
+    """Takes a shared array as an argument."""
+    kiln.atomic_add(hist, value % BINS, 1)
+
+
 @kiln.kernel
 def histogram(values: i32[:], hist: i32[:], n: i32):
     local_hist = kiln.shared(i32, BINS)
@@ -209,7 +214,7 @@ def histogram(values: i32[:], hist: i32[:], n: i32):
     kiln.barrier()
     i = kiln.global_id(0)
     while i < n:
-        kiln.atomic_add(local_hist, values[i] % BINS, 1)
+        count_into(local_hist, values[i])
         i += kiln.global_size(0)
     kiln.barrier()
     for b in range(t, BINS, kiln.block_dim.x):
@@ -219,7 +224,7 @@ def histogram(values: i32[:], hist: i32[:], n: i32):
 
 @case(requires=(atomic("atomic_add", i32),))
 def histogram_i32(device):
-    """64-bin histogram: atomics on shared memory, then on global memory."""
+    """64-bin histogram: atomics on shared memory (in a device function), then global."""
     n = 3001
     values = rng(6).integers(-1000, 1000, n, dtype=np.int32)
     hist = np.zeros(BINS, np.int32)

@@ -242,6 +242,33 @@ def integer_power_i32(device):
     assert_equal(out, np.array(expected, np.int32), "base ** exponent")
 
 
+@signatures((i32[:], i32[:], i32[:], i32[:], i32), (i64[:], i64[:], i64[:], i64[:], i32))
+@kiln.kernel
+def divide(a, b, quotient, remainder, n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        quotient[i] = a[i] // b[i]
+        remainder[i] = a[i] % b[i]
+
+
+@case()
+def integer_division_edges(device):
+    """`//` and `%` for every sign combination, by zero (gives 0) and MIN // -1 (wraps)."""
+    for t in (i32, i64):
+        lo = t.range()[0]
+        pairs = [(a, b) for a in (-7, -6, -1, 0, 1, 6, 7) for b in (-3, -1, 0, 1, 3)]
+        pairs += [(lo, -1), (lo, 1), (lo, 2), (lo, -2), (lo, 0), (lo + 1, -1)]
+        a, b = (np.array(column, t.dtype) for column in zip(*pairs))
+        q, r = np.zeros_like(a), np.zeros_like(a)
+        run(device, divide, 1, BLOCK, a, b, q, r, len(pairs))
+        wrap = t.dtype.type
+        expected_q = [wrap(0) if y == 0 else wrap(x // y) if x // y <= t.range()[1] else wrap(lo)
+                      for x, y in pairs]
+        expected_r = [0 if y == 0 else x % y for x, y in pairs]
+        assert_equal(q, np.array(expected_q, t.dtype), f"{t} //")
+        assert_equal(r, np.array(expected_r, t.dtype), f"{t} %")
+
+
 # ---------------------------------------------------------------- float operators
 
 

@@ -78,6 +78,27 @@ def stepping(x: i32):
 
 
 @kiln.func
+def divisibility(x: i32) -> i32:
+    """An if/elif/else chain."""
+    if x % 15 == 0:
+        return 15
+    elif x % 5 == 0:
+        return 5
+    elif x % 3 == 0:
+        return 3
+    else:
+        return 1
+
+
+@kiln.func
+def gcd(a: i32, b: i32) -> i32:
+    """Tail recursion."""
+    if b == 0:
+        return a
+    return gcd(b, a % b)
+
+
+@kiln.func
 def twice_next_factor(x: i32) -> i32:
     """A device function calling another."""
     return 2 * smallest_factor(x + 1)
@@ -93,6 +114,7 @@ def control_flow(x: i32[:], out: i32[:, :], zero: i32):
     out[1, i] = digit_sum_without_sevens(v)
     out[2, i] = smallest_factor(v)
     out[3, i] = stepping(v)
+    out[4, i] = divisibility(v)
     count = 0
     for _ in range(0, 10, zero):  # a zero step that is not a constant runs no iteration
         count += 1
@@ -101,26 +123,29 @@ def control_flow(x: i32[:], out: i32[:, :], zero: i32):
         k += 1
         if k >= v % 5:
             break
-    out[4, i] = count + 100 * k
-    out[5, i] = twice_next_factor(v)
+    out[5, i] = count + 100 * k
+    out[6, i] = twice_next_factor(v)
+    out[7, i] = gcd(v, 36)
 
 
-FUNCTIONS = (collatz_steps, digit_sum_without_sevens, smallest_factor, stepping)
+FUNCTIONS = (collatz_steps, digit_sum_without_sevens, smallest_factor, stepping, divisibility)
 
 
 @case()
 def control_flow_i32(device):
-    """break, continue, early return, divergent and nested loops, negative steps, while."""
+    """break, continue, early return, divergent and nested loops, negative steps, while,
+    elif, tail recursion."""
     n = 250
     x = np.arange(1, n + 1, dtype=np.int32)
-    out = np.zeros((6, n), np.int32)
+    out = np.zeros((8, n), np.int32)
     run(device, control_flow, blocks(n, BLOCK), BLOCK, x, out, 0)
     for row, fn in enumerate(FUNCTIONS):
         expected = [fn.pyfunc(int(v)) for v in x]
         assert_equal(out[row], np.array(expected, np.int32), f"{fn.name} (row {row})")
-    assert_equal(out[4], 100 * np.maximum(1, x % 5), "zero step / while True with break")
+    assert_equal(out[5], 100 * np.maximum(1, x % 5), "zero step / while True with break")
     twice = [2 * smallest_factor.pyfunc(int(v) + 1) for v in x]
-    assert_equal(out[5], np.array(twice, np.int32), "a device function calling another")
+    assert_equal(out[6], np.array(twice, np.int32), "a device function calling another")
+    assert_equal(out[7], np.gcd(x, 36), "tail-recursive gcd")
 
 
 @kiln.func
