@@ -13,7 +13,7 @@ import pytest
 from conftest import marked_line
 
 import kiln
-from kiln import f32, f64, i32, i64, u32
+from kiln import bool_, f32, f64, i32, i64, u32
 from kiln.backends.interp import executor
 from kiln.framework.intrinsics import intrinsics
 
@@ -170,6 +170,14 @@ def short_circuit(count: i32[:], flags: i32[:], picked: i32[:], n: i32):
 
 
 @kiln.kernel
+def consume_flags(flags: bool_[:], out: i32[:]):
+    i = kiln.global_id(0)
+    if flags[i]:
+        flags[i] = False
+        out[i] = 1
+
+
+@kiln.kernel
 def private_arrays(out: f32[:], n: i32):
     i = kiln.global_id(0)
     buf = kiln.local(f32, 4)
@@ -311,6 +319,15 @@ def test_short_circuit_and_select_run_side_effects_only_where_taken(interp: kiln
     assert count[0] == (i % 2 == 0).sum()
     np.testing.assert_array_equal(flags, (i % 6 == 0).astype(np.int32))
     np.testing.assert_array_equal(picked, np.where(i % 2 == 0, np.where(i % 3 == 0, i, -1), 7))
+
+
+def test_a_branch_keeps_its_lanes_when_it_writes_its_condition(interp: kiln.Device) -> None:
+    flags = np.array([True, False, True, True] * 16)
+    expected = flags.astype(np.int32)
+    out = np.zeros(64, np.int32)
+    run(interp, consume_flags, 1, 64, flags, out)
+    np.testing.assert_array_equal(out, expected)
+    assert not flags.any()
 
 
 def test_private_arrays_are_per_thread(interp: kiln.Device, chunking: int) -> None:

@@ -294,7 +294,7 @@ class FunctionCode:
 
         def run(f: Frame, m: Mask) -> Mask:
             assign(f, start(f, m), m)
-            f.vars[key] = (stop_fn(f, m), step_fn(f, m))
+            f.vars[key] = (owned(stop_fn(f, m)), owned(step_fn(f, m)))
             return loop(f, m)
 
         return run

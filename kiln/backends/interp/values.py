@@ -277,7 +277,7 @@ def mask_and(mask: Mask, cond: Any) -> Mask:
     """Lanes of `mask` where `cond` (a bool array) holds."""
     if mask is False:
         return False
-    return _settle(cond if mask is None else mask & cond)
+    return _settle(owned(cond) if mask is None else mask & cond)
 
 
 def mask_and_not(mask: Mask, cond: Any) -> Mask:
