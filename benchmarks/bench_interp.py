@@ -56,6 +56,13 @@ def block_sum(x: f32[:], out: f32[:], n: i32):
         kiln.atomic_add(out, 0, s[0])
 
 
+@kiln.kernel
+def histogram(keys: i32[:], bins: i32[:], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        kiln.atomic_add(bins, keys[i], 1)
+
+
 def median_ms(fn: Callable[[], object], repeat: int) -> float:
     fn()  # warm up (compiles the kernel on the first launch)
     times = []
@@ -77,6 +84,8 @@ def main() -> None:
     da, db, dc = kiln.to_device(a, dev), kiln.to_device(b, dev), kiln.empty(n, f32, dev)
     dy = kiln.to_device(b.copy(), dev)
     out = kiln.zeros(1, f32, dev)
+    keys = rng.integers(0, 256, n).astype(np.int32)
+    dkeys, bins = kiln.to_device(keys, dev), kiln.zeros(256, i32, dev)
     blocks = (n + 255) // 256
 
     def launch(kernel: kiln.Kernel, grid: int, *args: object) -> Callable[[], None]:
@@ -91,6 +100,8 @@ def main() -> None:
         ("saxpy (grid-stride)", launch(saxpy_grid_stride, 1024, f32(2), da, dy, n),
          lambda: np.float32(2) * a + b),
         ("block_sum", launch(block_sum, 1024, da, out, n), lambda: a.sum()),
+        ("histogram (atomics)", launch(histogram, blocks, dkeys, bins, n),
+         lambda: np.bincount(keys, minlength=256)),
     ]
     print(f"interp vs NumPy, n = 2**22 float32, median of {repeat} runs")
     print(f"{'kernel':<22}{'kiln-interp ms':>16}{'numpy ms':>12}{'ratio':>9}")

@@ -86,7 +86,7 @@ def _out_of_bounds(node: ir.Stmt | ir.Expr, name: str, exc: IndexError) -> Index
     return IndexError(f"{where}a thread wrote outside array '{name}' ({exc})")
 
 
-def active_lanes(value: Value, m: Mask, count: int, dtype: np.dtype) -> np.ndarray:
+def _active_lanes(value: Value, m: Mask, count: int, dtype: np.dtype) -> np.ndarray:
     """The values of the `count` lanes active in `m`, as an array."""
     value = materialise(value)
     if isinstance(value, np.ndarray):
@@ -486,8 +486,8 @@ class FunctionCode:
             addr = address(ref, [i(f, m) for i in indices], chunk, wide)
             values = [v(f, m) for v in operands]
             count = chunk.n if m is None else int(np.count_nonzero(m))
-            addr = active_lanes(addr, m, count, np.dtype(np.intp))
-            values = [active_lanes(v, m, count, dtype) for v in values]
+            addr = _active_lanes(addr, m, count, np.dtype(np.intp))
+            values = [_active_lanes(v, m, count, dtype) for v in values]
             try:
                 before = impl(ref.flat, addr, *values, old=old)
             except IndexError as exc:
