@@ -15,6 +15,8 @@ from conftest import marked_line
 import kiln
 from kiln import bool_, f32, f64, i32, i64, u32
 from kiln.backends.interp import executor
+from kiln.backends.interp.geometry import BX, BY, TX, TY, Launch
+from kiln.backends.interp.values import Affine
 from kiln.framework.intrinsics import intrinsics
 
 
@@ -459,3 +461,20 @@ def test_zero_copy_arrays_share_host_memory(interp: kiln.Device, dtype: kiln.Sca
     host = np.arange(64).astype(dtype.dtype)
     dev_array = kiln.to_device(host, interp)
     assert np.shares_memory(dev_array.buffer, host)
+
+
+def test_global_ids_index_arrays_by_slices() -> None:
+    """The address of `global_id` is recognised as `start + lane`, so loads and stores of
+    vector_add are slices rather than gathers (the interp performance fast path)."""
+    launch = Launch((6, 4, 1), (8, 2, 1), max_lanes=5 * 16)  # chunks span grid rows
+    chunks = list(launch.chunks())
+    assert [c.nblocks for c in chunks] == [5] * 4 + [4]
+    for chunk in chunks:
+        tx, ty, bx, by = (Affine.basis(chunk, k) for k in (TX, TY, BX, BY))
+        x, y = bx * 8 + tx, by * 2 + ty
+        width = 6 * 8
+        assert (y * width + x).linear() is None  # rows of a block are not adjacent
+        linear_id = (by * 6 + bx) * 16 + ty * 8 + tx
+        assert linear_id.linear() == (chunk.b0 * 16, 1)
+        assert (linear_id * 3 + 7).linear() == (chunk.b0 * 48 + 7, 3)
+        np.testing.assert_array_equal((y * width + x).array() % width, x.array())
