@@ -48,7 +48,9 @@ class ParamBlock:
 
 def _scalar_code(value: Any) -> str:
     dtype = np.asarray(value).dtype
-    return "?" if dtype == np.bool_ else dtype.char
+    if dtype == np.bool_:
+        return "?"
+    return {"l": "q", "L": "Q"}.get(dtype.char, dtype.char)  # "<l" packs 4 bytes, not 8
 
 
 def kiln_packer(args: Sequence[Any]) -> tuple[ParamBlock, Callable[[Sequence[Any]], None]]:
