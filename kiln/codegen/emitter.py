@@ -126,9 +126,9 @@ class CEmitter:
     reserved: ClassVar[frozenset[str]] = RESERVED
     half_math_via_float: ClassVar[bool] = True
     """Compute f16 math, `//`, `%` and `**` in f32 (cast in and out)."""
-    implicit_index_params: ClassVar[bool] = False
-    """Pass the index intrinsics a device function uses as hidden parameters named
-    `kiln_<intrinsic>` (cpu); the dialect then spells index intrinsics by those names."""
+    implicit_index_params: ClassVar[frozenset[str]] = frozenset()
+    """Index intrinsics passed to device functions that use them as hidden parameters
+    named `kiln_<intrinsic>` (cpu); the dialect spells those intrinsics by those names."""
     helpers: ClassVar[dict[str, HelperTemplate]] = C_HELPERS
     indent_unit: ClassVar[str] = "    "
     _handlers: ClassVar[dict[type, list[tuple[Predicate, Handler]]]] = {}
@@ -200,7 +200,7 @@ class CEmitter:
         for f in program.functions:  # callees come first
             names: set[str] = set()
             for n in walk(f.body):
-                if isinstance(n, ir.IntrinsicCall) and intrinsics[n.name].category == "index":
+                if isinstance(n, ir.IntrinsicCall) and n.name in self.implicit_index_params:
                     names.add(n.name)
                 elif isinstance(n, ir.Call):
                     names |= uses.get(n.func, set())

@@ -21,7 +21,7 @@ from ...framework.cache import CacheEntry, CompileCache, cache_key
 from ...framework.intrinsics import ATOMIC_TYPES
 from ...ir.nodes import Program
 from ...runtime.host import HostMemoryMixin, HostStream
-from .emitter import SLOT, CpuEmitter
+from .emitter import BLOCK_DIMS, SLOT, CpuEmitter
 from .toolchain import OPTION_FLAGS, compile_command, toolchain
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -31,24 +31,46 @@ STRUCT_CODES = {"bool_": "?", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8
 
 
 def launch_format(abi: Sequence[AbiParam]) -> struct.Struct:
-    """The launch slots: ABI values, grid and block dims, OpenMP threads; 8 bytes each."""
+    """The launch slots: ABI values, grid dims, OpenMP threads; 8 bytes each."""
     codes = []
     for p in abi:
         code = "Q" if p.kind == "pointer" else STRUCT_CODES[p.type.name]
         codes.append(f"{code}{SLOT - struct.calcsize('=' + code)}x")
-    codes += ["i4x"] * 7
+    codes += ["i4x"] * 4
     return struct.Struct("=" + "".join(codes))
 
 
 @dataclass
-class CpuRoutine:
-    """A loaded kernel: the entry point, its library (kept alive) and how to pack a launch."""
+class CpuBinary:
+    """One loaded binary (for one block shape): the entry point and its library."""
 
     entry: Any
     library: ctypes.CDLL
-    abi: list[AbiParam]
-    layout: struct.Struct
     path: Path
+
+
+class CpuKernel:
+    """A compiled kernel: its source, ABI and build environment, and a binary per block
+    shape, built (or loaded from the cache) on the first launch with that shape."""
+
+    def __init__(self, backend: CpuBackend, source: str, abi: list[AbiParam], env: BuildEnv,
+                 options: dict[str, Any]) -> None:
+        self.backend, self.source, self.abi, self.env = backend, source, abi, env
+        self.options = options
+        self.layout = launch_format(abi)
+        self.name = _kernel_name(source)
+        self.binaries: dict[Dim3, CpuBinary] = {}
+
+    def binary(self, block: Dim3) -> CpuBinary:
+        found = self.binaries.get(block)
+        if found is None:
+            env = self.env.with_flags(*(f"-D{n}={d}" for n, d in zip(BLOCK_DIMS, block)))
+            key = cache_key("cpu", self.source, env, toolchain().arch, self.options)
+            label = f"{self.name} (block {block[0]}x{block[1]}x{block[2]})"
+            found = self.backend.cache.get_or_build(
+                key, lambda: _compile(env, self.source), _load, label)
+            self.binaries[block] = found
+        return found
 
 
 def _num_threads() -> int:
@@ -122,23 +144,22 @@ class CpuBackend(HostMemoryMixin, JITBackend):
         self._abis[source] = kernel_abi(program)
         return source
 
-    def compile(self, source: str, device: Any, options: dict[str, Any]) -> CpuRoutine:
+    def compile(self, source: str, device: Any, options: dict[str, Any]) -> CpuKernel:
+        """Binaries are built per block shape at the first launch (`CpuKernel.binary`)."""
         abi = self._abis.get(source)
         if abi is None:
             raise ValueError("the cpu backend compiles only source from its generate_source")
-        env = self.build_env(options)
-        key = cache_key("cpu", source, env, toolchain().arch, options)
-        return self.cache.get_or_build(key, lambda: _compile(env, source),
-                                       lambda entry: _load(entry, abi), _kernel_name(source))
+        return CpuKernel(self, source, abi, self.build_env(options), options)
 
-    def launch(self, routine: CpuRoutine, grid: Dim3, block: Dim3, args: Sequence[Any],
+    def launch(self, routine: CpuKernel, grid: Dim3, block: Dim3, args: Sequence[Any],
                stream: HostStream) -> None:
+        entry = routine.binary(block).entry
         values = abi_values(routine.abi, args, lambda a: a.buffer.ctypes.data)
-        packed = routine.layout.pack(*values, *grid, *block, _num_threads())
+        packed = routine.layout.pack(*values, *grid, _num_threads())
         keep = [a.buffer for a in args if hasattr(a, "buffer")]  # alive until the launch ran
 
         def run() -> None:
-            routine.entry(packed)
+            entry(packed)
             keep.clear()
 
         stream.enqueue(run)
@@ -161,9 +182,9 @@ def _compile(env: BuildEnv, source: str) -> bytes:
         return Path(out).read_bytes()
 
 
-def _load(entry: CacheEntry, abi: list[AbiParam]) -> CpuRoutine:
+def _load(entry: CacheEntry) -> CpuBinary:
     library = ctypes.CDLL(str(entry.path))
     fn = library.kiln_entry
     fn.argtypes = [ctypes.c_char_p]
     fn.restype = None
-    return CpuRoutine(fn, library, abi, launch_format(abi), entry.path)
+    return CpuBinary(fn, library, entry.path)

@@ -2,8 +2,11 @@
 
 The kernel becomes a C function whose blocks are an OpenMP `for` loop; inside a block,
 each barrier region (see `regions.py`) is a loop over the block's threads, x fastest, so
-gcc vectorises across threads. An `kiln_entry(args)` wrapper unpacks the launch slots
-(see `backend.launch_layout`) and calls the kernel.
+gcc vectorises across threads. The block shape is a compile-time constant
+(`-Dkiln_block_dim_x=16 ...`: one binary per shape), which turns the thread loops into
+fixed-trip-count SIMD loops and per-thread storage into fixed arrays. A
+`kiln_entry(args)` wrapper unpacks the launch slots (`backend.launch_format`) and calls
+the kernel.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from .atomics import ATOMIC_HELPERS
 from .regions import Barrier, BlockIf, BlockJump, BlockLoop, Item, Region, plan_kernel
 
 AXES = "xyz"
-LAUNCH_DIMS = [f"kiln_{base}_{a}" for base in ("grid_dim", "block_dim") for a in AXES]
+LAUNCH_DIMS = [f"kiln_grid_dim_{a}" for a in AXES]
+BLOCK_DIMS = [f"kiln_block_dim_{a}" for a in AXES]
 NUM_THREADS = "kiln_num_threads"
 SLOT = 8  # bytes per launch slot
 
@@ -30,12 +34,15 @@ PROLOGUE = """\
 #include <string.h>
 #include <math.h>
 
+/* kiln_block_dim_x, _y, _z: the block shape, defined on the compiler's command line. */
+#define kiln_nt (kiln_block_dim_x * kiln_block_dim_y * kiln_block_dim_z)
+
 /* Runs the statement after it once per thread of the block, x fastest. SIMT threads of a
    region have no ordering between them, so the x loop may run as SIMD lanes. */
 #define KILN_FOR_EACH_THREAD \\
 for (int32_t kiln_thread_idx_z = 0; kiln_thread_idx_z < kiln_block_dim_z; kiln_thread_idx_z++) \\
 for (int32_t kiln_thread_idx_y = 0; kiln_thread_idx_y < kiln_block_dim_y; kiln_thread_idx_y++) \\
-_Pragma("GCC ivdep") \\
+_Pragma("omp simd") \\
 for (int32_t kiln_thread_idx_x = 0; kiln_thread_idx_x < kiln_block_dim_x; kiln_thread_idx_x++)
 """
 
@@ -56,7 +63,8 @@ class CpuEmitter(CEmitter):
     namespaces = ("cpu", "c")
     prologue = PROLOGUE
     function_qualifier = "static inline"
-    implicit_index_params = True
+    implicit_index_params = frozenset(
+        f"{base}_{a}" for base in ("thread_idx", "block_idx", "grid_dim") for a in AXES)
     helpers: ClassVar[dict[str, HelperTemplate]] = {**C_HELPERS, **ATOMIC_HELPERS}
 
     # ------------------------------------------------------------ per-kernel state
@@ -109,9 +117,6 @@ class CpuEmitter(CEmitter):
         with self.indented(f"static void {self.fnames[kernel.name]}({', '.join(decls)}) {{",
                            loc=kernel.loc):
             self.unmapped()
-            if plan.thread or plan.exits:
-                self.line("const int32_t kiln_nt = kiln_block_dim_x * kiln_block_dim_y * "
-                          "kiln_block_dim_z;")
             self.line(f"#pragma omp parallel num_threads({NUM_THREADS})")
             with self.indented("{"):
                 self.declare_block_storage(kernel)
@@ -147,7 +152,7 @@ class CpuEmitter(CEmitter):
         for name in self.plan.block:
             self.line(self.declaration(name, kernel.locals[name]))
         if self.plan.exits:
-            self.line("memset(kiln_exited, 0, (size_t)kiln_nt);")
+            self.line("memset(kiln_exited, 0, sizeof kiln_exited);")
         if self.param_copies:
             with self.indented("KILN_FOR_EACH_THREAD {"):
                 self.line(LINEAR_THREAD)
@@ -216,9 +221,11 @@ class CpuEmitter(CEmitter):
                     self.line(f"{self.storage_type(t.elem)} *{self.names[name]} = {arr};")
                 else:
                     self.line(f"{self.ctype(t)} {self.names[name]} = {arr};")  # type: ignore
-            for name, index in plan.private.items():
-                if index == region.index:
-                    self.line(self.declaration(name, self.func.var_type(name)))
+            for name in region.remat:
+                value = self.expr(plan.remat[name].value).text
+                self.line(f"{self.ctype(self.func.locals[name])} {self.names[name]} = {value};")
+            for name in region.private:
+                self.line(self.declaration(name, self.func.var_type(name)))
             self.block(region.body)
             self.unmapped()
             if region.has_return:

@@ -5,21 +5,31 @@ statements. Each region runs as one loop over the block's threads. Statements th
 a barrier (or that leave a loop containing one) stay at *block level*: they are block-uniform
 (the convergence check guarantees it), so their conditions are evaluated once per block.
 
+A `for` loop whose bounds are block-uniform and which no `break`/`continue`/`return`
+leaves also runs at block level ("lockstep"): each iteration runs the block's threads,
+which is a valid SIMT schedule and lets gcc vectorise the body across threads (the tiled
+matmul's inner `for k in range(TILE)`).
+
 Variables are classified by where they are used:
 - PRIVATE: used in one region only and not carried around a block-level loop: a plain C
   local of that region's thread loop;
 - THREAD: live across regions: a per-thread array indexed by the thread's linear id, read
   into a local at the start of each region and written back at its end;
-- BLOCK: the variable of a block-level `for` loop: one value per block.
+- BLOCK: the variable of a block-level `for` loop: one value per block (a region that
+  runs its own loop over the same name gets a private shadow);
+- REMAT: assigned once, at the top of the first region, from thread indices, parameters
+  and constants: recomputed in each region instead of stored, so gcc still sees that
+  `row = block_idx.y * 16 + thread_idx.y` is affine in the thread index.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...framework.intrinsics import intrinsics
+from ...framework.intrinsics import Variance, intrinsics
 from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
+from ...ir.passes.convergence import Control, FunctionVariance, analyze
 from ...ir.types import ArrayType
 from ...ir.visit import walk
 from ...lang.errors import UnsupportedError
@@ -33,6 +43,8 @@ class Region:
     reads: set[str] = field(default_factory=set)
     writes: set[str] = field(default_factory=set)
     has_return: bool = False
+    private: list[str] = field(default_factory=list)  # declared in this region
+    remat: list[str] = field(default_factory=list)  # recomputed at this region's start
 
 
 @dataclass
@@ -65,9 +77,9 @@ Item = Region | BlockIf | BlockLoop | BlockJump | Barrier
 class Plan:
     items: list[Item]
     regions: list[Region]
-    private: dict[str, int]  # variable -> the region declaring it
     thread: list[str]  # per-thread storage, in declaration order
     block: list[str]  # block-level loop variables
+    remat: dict[str, ir.Assign]  # recomputed variables and their one assignment
     exits: bool  # threads may return while later regions still run
     block_return: bool  # a uniform return leaves the block from block level
 
@@ -138,6 +150,7 @@ def _names(node: ir.Stmt | ir.Expr | list[ir.Stmt]) -> tuple[set[str], set[str]]
 class _Splitter:
     def __init__(self, program: ir.Program) -> None:
         self.program = program
+        self.variance: FunctionVariance = analyze(program)[0]
         self.regions: list[Region] = []
         self.block_reads: set[str] = set()
         self.block_loop_vars: list[str] = []
@@ -160,13 +173,21 @@ class _Splitter:
             if is_barrier(s):
                 flush()
                 items.append(Barrier(s))  # type: ignore[arg-type]
-            elif _contains_barrier(s, self.program) or (in_loop and _escapes(s)):
+            elif (_contains_barrier(s, self.program) or (in_loop and _escapes(s))
+                  or self.lockstep(s)):
                 flush()
                 items.append(self.block_level(s, in_loop))
             else:
                 run.append(s)
         flush()
         return items
+
+    def lockstep(self, s: ir.Stmt) -> bool:
+        """A `for` loop with block-uniform bounds that nothing leaves early."""
+        if not isinstance(s, ir.For) or any(_escapes(b) for b in s.body):
+            return False
+        return all(self.variance.expr(e, Control()) <= Variance.BLOCK
+                   for e in (s.start, s.stop, s.step))
 
     def block_level(self, s: ir.Stmt, in_loop: bool) -> Item:
         if isinstance(s, ir.If):
@@ -187,10 +208,13 @@ class _Splitter:
 
 
 def _assigned_first(var: str, body: list[ir.Stmt]) -> bool:
-    """Whether the first top-level statement using `var` assigns it without reading it."""
+    """Whether the first top-level statement using `var` assigns it (an assignment or a
+    `for` loop over it) without reading it first."""
     for s in body:
         reads, writes = _names(s)
         if var in reads or var in writes:
+            if isinstance(s, ir.For) and s.var == var:
+                return not any(var in _names(e)[0] for e in (s.start, s.stop, s.step))
             return (isinstance(s, ir.Assign) and s.target == var
                     and var not in _names(s.value)[0])
     return False
@@ -203,39 +227,78 @@ def plan_kernel(program: ir.Program) -> Plan:
     items = splitter.split(kernel.body, in_loop=False)
     regions = splitter.regions
     block_vars = list(dict.fromkeys(splitter.block_loop_vars))
-    for r in regions:
-        clash = r.writes & set(block_vars)
-        if clash:
-            raise UnsupportedError(
-                f"the cpu backend needs the variable of a loop containing a barrier "
-                f"({sorted(clash)[0]}) not to be assigned elsewhere; use another name",
-                r.body[0].loc)
+    writes = set().union(*(r.writes for r in regions)) if regions else set()
     params = {p.name for p in kernel.params}
-    candidates = [*(p.name for p in kernel.params if p.name in _all_writes(regions)),
-                  *(n for n, t in kernel.locals.items()
+    remat = _rematerialisable(kernel, items, params - writes, splitter.block_reads)
+    for r in regions:
+        r.private += [n for n in block_vars if n in r.writes]  # shadows
+        if r is not regions[0]:
+            r.remat = _needed(remat, r.reads)
+    candidates = [*(p for p in kernel.params if p.name in writes),
+                  *(ir.Param(n, t) for n, t in kernel.locals.items()
                     if not (isinstance(t, ArrayType) and t.space is MemorySpace.SHARED))]
-    private: dict[str, int] = {}
     thread: list[str] = []
-    for name in candidates:
-        if name in block_vars:
+    for p in candidates:
+        name = p.name
+        if name in block_vars or name in remat:
             continue
         users = [r for r in regions if name in r.reads or name in r.writes]
         if not users and name not in splitter.block_reads:
             continue
-        t = kernel.var_type(name)
-        carried = users and users[0].in_loop and (
-            isinstance(t, ArrayType) or not _assigned_first(name, users[0].body))
+        carried = bool(users) and users[0].in_loop and (
+            isinstance(p.type, ArrayType) or not _assigned_first(name, users[0].body))
         if (len(users) == 1 and name not in splitter.block_reads and not carried
                 and name not in params):
-            private[name] = users[0].index
+            users[0].private.append(name)
         else:
             thread.append(name)
+    for name, assign in remat.items():
+        owner = next(r for r in regions if assign in r.body)
+        owner.private.append(name)
     exits = len(regions) > 1 and any(r.has_return for r in regions)
-    return Plan(items, regions, private, thread, block_vars, exits, splitter.block_return)
+    return Plan(items, regions, thread, block_vars, remat, exits, splitter.block_return)
 
 
-def _all_writes(regions: list[Region]) -> set[str]:
-    out: set[str] = set()
-    for r in regions:
-        out |= r.writes
+PURE = (ir.Const, ir.Var, ir.BinOp, ir.UnaryOp, ir.Cast, ir.Compare, ir.Select, ir.BoolOp,
+        ir.ArrayDim)
+
+
+def _needed(remat: dict[str, ir.Assign], reads: set[str]) -> list[str]:
+    """The recomputed variables a region reads, with what they are computed from, in order."""
+    need = set(reads) & set(remat)
+    for name in reversed(remat):  # later definitions depend only on earlier ones
+        if name in need:
+            need |= _names(remat[name].value)[0] & set(remat)
+    return [n for n in remat if n in need]
+
+
+def _rematerialisable(kernel: ir.Function, items: list[Item], inputs: set[str],
+                      block_reads: set[str]) -> dict[str, ir.Assign]:
+    """Locals assigned once, at the top level of the first region, from pure expressions of
+    thread/block indices, unassigned parameters, constants and earlier such locals."""
+    if not items or not isinstance(items[0], Region):
+        return {}
+    counts: dict[str, int] = {}
+    for n in walk(kernel.body):
+        if isinstance(n, ir.Assign):
+            counts[n.target] = counts.get(n.target, 0) + 1
+        elif isinstance(n, ir.For):
+            counts[n.var] = counts.get(n.var, 2) + 2
+    out: dict[str, ir.Assign] = {}
+    for s in items[0].body:
+        if (not isinstance(s, ir.Assign) or counts.get(s.target) != 1
+                or s.target in block_reads):
+            continue
+        if isinstance(kernel.var_type(s.target), ArrayType):
+            continue
+        ok = True
+        for n in walk(s.value):
+            if isinstance(n, ir.IntrinsicCall):
+                ok = ok and intrinsics[n.name].category == "index"
+            elif isinstance(n, ir.Var):
+                ok = ok and (n.name in inputs or n.name in out)
+            else:
+                ok = ok and isinstance(n, PURE)
+        if ok:
+            out[s.target] = s
     return out
