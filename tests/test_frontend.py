@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 import kiln
@@ -149,9 +150,24 @@ def compare_mixed(out: i32[:], x: u32, y: i32):
     out[0] = i32(x < y)
 
 
+@kiln.kernel
+def compare_negative_literal(out: i32[:], x: u32, c: u8):
+    out[0] = i32(x > -1)
+    out[1] = i32(c > -1)
+    out[2] = i32(x > 5)
+
+
 def test_mixed_signedness_comparison_is_exact() -> None:
     (cmp,) = nodes(compare_mixed, ir.Compare)
     assert cmp.left.type == cmp.right.type == i64
+    assert [c.left.type for c in nodes(compare_negative_literal, ir.Compare)] == [i64, i32, u32]
+
+
+def test_unsigned_compares_exactly_with_negative_literal(interp) -> None:
+    out = np.zeros(3, np.int32)
+    compare_negative_literal[1, 1](out, 3, 3)
+    interp.synchronize()
+    assert out.tolist() == [1, 1, 0]
 
 
 # ---------------------------------------------------------------- division and modulo

@@ -35,10 +35,15 @@ def operand_type(left: ScalarType, right: ScalarType, left_literal: object,
 
 def comparison_type(left: ScalarType, right: ScalarType, left_literal: object,
                     right_literal: object) -> ScalarType:
-    """Like `operand_type`, but mixed-signedness integers compare exactly (as in Python)."""
-    if left_literal is None and right_literal is None and left.is_int and right.is_int \
-            and left.kind != right.kind and max(left.bits, right.bits) < 64:
-        return i64
+    """Like `operand_type`, but mixed-signedness integers compare exactly (as in Python), in
+    i64, also an unsigned operand beside a negative literal (`u > -1` is true)."""
+    if left.is_int and right.is_int and max(left.bits, right.bits) < 64:
+        if left_literal is None and right_literal is None and left.kind != right.kind:
+            return i64
+        literal, other = (left_literal, right) if right_literal is None else (right_literal, left)
+        one_literal = (left_literal is None) != (right_literal is None)
+        if one_literal and other.kind == "u" and other.bits == 32 and literal < 0:  # type: ignore
+            return i64
     if left.is_bool and right.is_bool:
         return bool_
     return operand_type(left, right, left_literal, right_literal)
