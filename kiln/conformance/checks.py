@@ -52,7 +52,7 @@ def assert_close(actual: np.ndarray, expected: Any, what: str, *, rtol: float = 
     raise AssertionError(
         f"{what}: {len(bad)} of {actual.size} element(s) differ beyond rtol={rtol:g} "
         f"atol={atol:g} (max relative error {worst:.3g}); first at {_location(first)}: "
-        f"got {actual[first]!r}, expected {expected[first]!r}"
+        f"got {actual[first]}, expected {expected[first]}"
     )
 
 
@@ -73,7 +73,7 @@ def assert_equal(actual: np.ndarray, expected: Any, what: str) -> None:
     want = expected[first] if expected.ndim else expected
     where = f" at {_location(first)}" if actual.ndim else ""
     raise AssertionError(f"{what}: {len(bad)} of {actual.size} element(s) differ; "
-                         f"first{where}: got {got!r}, expected {want!r}")
+                         f"first{where}: got {got}, expected {want}")
 
 
 def assert_permutation(actual: Sequence[Any] | np.ndarray, expected: Sequence[Any] | np.ndarray,

@@ -362,21 +362,21 @@ def casts_scalar(device):
 
 
 @kiln.kernel
-def f64_precision(x: f64[:], y: f64[:], out: f64[:], lowered: f32[:], n: i32):
+def f64_precision(x: f64[:], y: f64[:], out: f64[:], lowered: f32[:], scale: f64, n: i32):
     i = kiln.global_id(0)
     if i < n:
-        big = x[i] * 1.0e8
+        big = x[i] * scale
         out[i] = (big + y[i]) - big  # needs f64: in f32, y would vanish beside big
         lowered[i] = f32(x[i])
 
 
 @case(requires=(FP64,))
 def f64_kernel(device):
-    """f64 arithmetic keeps precision f32 would lose; f64 -> f32 rounds."""
+    """f64 arithmetic (and an f64 scalar argument) keeps precision f32 would lose."""
     r = rng(14)
     x, y = r.uniform(1, 2, N), r.uniform(0.25, 0.75, N)
     out, lowered = np.zeros(N), np.zeros(N, np.float32)
-    run(device, f64_precision, blocks(N, BLOCK), BLOCK, x, y, out, lowered, N)
+    run(device, f64_precision, blocks(N, BLOCK), BLOCK, x, y, out, lowered, 1.0e8, N)
     assert_close(out, y, "f64 result", rtol=1e-6)  # f32 would be off by whole units
     assert_equal(lowered, x.astype(np.float32), "f64 -> f32")
 
@@ -419,11 +419,11 @@ for _t in SMALL_TYPES:
 
 
 @kiln.kernel
-def bool_ops(x: f32[:], mask: bool_[:], out: bool_[:, :], n: i32):
+def bool_ops(x: f32[:], mask: bool_[:], out: bool_[:, :], invert: bool, n: i32):
     i = kiln.global_id(0)
     if i < n:
         p = x[i] > 0.5
-        q = mask[i]
+        q = mask[i] != invert
         out[0, i] = p and q
         out[1, i] = p or q
         out[2, i] = not q
@@ -436,13 +436,13 @@ def bool_ops(x: f32[:], mask: bool_[:], out: bool_[:, :], n: i32):
 
 @case()
 def bool_arrays(device):
-    """bool_ arrays in and out; and, or, not, ^, &, | and != on bools."""
+    """bool_ arrays and a bool argument; and, or, not, ^, &, | and != on bools."""
     r = rng(16)
     x = r.random(N).astype(np.float32)
     x[::5] = 0
     mask = r.random(N) < 0.5
     out = np.zeros((8, N), np.bool_)
-    run(device, bool_ops, blocks(N, BLOCK), BLOCK, x, mask, out, N)
+    run(device, bool_ops, blocks(N, BLOCK), BLOCK, x, ~mask, out, True, N)
     p = x > 0.5
     for row, (op, expected) in enumerate([
         ("and", p & mask), ("or", p | mask), ("not", ~mask), ("^", p ^ mask),

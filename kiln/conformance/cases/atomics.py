@@ -134,18 +134,24 @@ def check_exchange(device: kiln.Device, name: str, t: ScalarType) -> None:
                            f"{name} {t} slot {s}: old values and the final value")
 
 
-CHECKS: dict[str, Callable[[kiln.Device, str, ScalarType], None]] = {
-    "atomic_add": check_counting, "atomic_sub": check_counting,
-    "atomic_min": check_extremum, "atomic_max": check_extremum,
-    "atomic_and": check_bits, "atomic_or": check_bits, "atomic_xor": check_bits,
-    "atomic_exch": check_exchange,
+CHECKS: dict[str, tuple[Callable[[kiln.Device, str, ScalarType], None], str]] = {
+    "atomic_add": (check_counting, "adding 1: exact totals, unique old values 0, 1, 2, ..."),
+    "atomic_sub": (check_counting, "subtracting 1: exact totals, unique old values n, ..., 1"),
+    "atomic_min": (check_extremum, "exact minimum; old values are the running minima of "
+                                   "some serial order"),
+    "atomic_max": (check_extremum, "exact maximum; old values are the running maxima of "
+                                   "some serial order"),
+    "atomic_and": (check_bits, "clearing distinct bits: the old values form a chain"),
+    "atomic_or": (check_bits, "setting distinct bits: the old values form a chain"),
+    "atomic_xor": (check_bits, "flipping distinct bits: the old values form a chain"),
+    "atomic_exch": (check_exchange, "every value written is passed on exactly once"),
 }
 
 
 def _register(name: str, t: ScalarType) -> None:
-    check = CHECKS[name]
+    check, description = CHECKS[name]
     requires = (atomic(name, t), FP64) if t == f64 else (atomic(name, t),)
-    case(f"{name}_{t}", requires=requires, description=(check.__doc__ or "").split("\n")[0]
+    case(f"{name}_{t}", requires=requires, description=f"{name} on {t}: {description}"
          )(lambda device: check(device, name, t))
 
 
@@ -179,7 +185,7 @@ def _check_cas(device: kiln.Device, t: ScalarType) -> None:
 
 for _t in ATOMIC_TYPES["atomic_cas"]:
     case(f"atomic_cas_{_t}", requires=(atomic("atomic_cas", _t),),
-         description="A compare-and-swap loop counts every thread exactly once"
+         description=f"atomic_cas on {_t}: a compare-and-swap loop counts every thread once"
          )(lambda device, t=_t: _check_cas(device, t))
 
 
