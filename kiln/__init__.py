@@ -50,6 +50,8 @@ from .lang.errors import (
 from .lang.kernel import DeviceFunction, Kernel, func, kernel, launch
 from .runtime.array import DeviceArray, empty, empty_like, full, to_device, zeros
 from .runtime.device import Device, Event, Stream
+from .runtime.graph import Graph, graph
+from .runtime.raw import RawKernel
 from .runtime.selection import DeviceNotFoundError, backends, device, devices
 
 __version__ = "0.1.0"

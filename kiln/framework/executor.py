@@ -27,8 +27,10 @@ from ..ir.types import (
 from ..lang.errors import LaunchError
 from ..runtime.array import DeviceArray, to_device
 from ..runtime.device import Device, Stream
+from ..runtime.interop import adopt
 from ..runtime.selection import device as resolve_device
 from .backend import Dim3, ExecutionModel
+from .fastpath import remember, try_plan
 
 if TYPE_CHECKING:
     from ..lang.kernel import Kernel
@@ -176,6 +178,40 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
            args: Sequence[Any], device: Device | str | None = None,
            stream: Stream | None = None) -> None:
     """Validate, specialise and run one launch (asynchronously where the backend can)."""
+    if try_plan(kernel, grid, block, device, stream, args):
+        return
+    b = bind_launch(kernel, grid, block, adopt_foreign(args), device, stream)
+    b.call(b.routine, b.grid, b.block, b.device_args, b.stream.handle)
+    if b.args is args and not b.copy_back:
+        remember(kernel, (grid, block, device, stream), args, b.arg_types, b.device, b.call,
+                 (b.routine, b.grid, b.block), (b.stream.handle,))
+    for host, dev_array in b.copy_back:
+        if dev_array._host is host:  # zero-copy: the launch writes host memory; wait for it
+            b.stream.synchronize()
+        else:
+            dev_array.copy_to_host(host, b.stream)
+
+
+@dataclass
+class BoundLaunch:
+    """A launch that passed every check: what to call, with which device arguments."""
+
+    call: Any  # the backend's launch / execute / run
+    routine: Any
+    grid: Dim3
+    block: Dim3
+    args: Sequence[Any]
+    arg_types: tuple[Type, ...]
+    device_args: list[Any]
+    copy_back: list[tuple[np.ndarray, DeviceArray]]
+    device: Device
+    stream: Stream
+
+
+def bind_launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int],
+                args: Sequence[Any], device: Device | str | None = None,
+                stream: Stream | None = None) -> BoundLaunch:
+    """Validate and specialise a launch; NumPy arguments are queued for the device."""
     dev = stream.device if stream is not None and device is None else pick_device(args, device)
     grid3, block3 = as_dim3(grid, "grid"), as_dim3(block, "block")
     validate_dims(grid3, block3, dev)
@@ -189,17 +225,25 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
     device_args, copy_back = _to_device_args(kernel, args, arg_types, spec, stream)
     backend = dev.backend
     model = backend.execution_model
-    if model is ExecutionModel.JIT:
-        backend.launch(spec.routine, grid3, block3, device_args, stream.handle)  # type: ignore
-    elif model is ExecutionModel.DIRECT:
-        backend.execute(spec.routine, grid3, block3, device_args, stream.handle)  # type: ignore
-    else:
-        backend.run(spec.routine, grid3, block3, device_args, stream.handle)  # type: ignore
-    for host, dev_array in copy_back:
-        if dev_array._host is host:  # zero-copy: the launch writes host memory; wait for it
-            stream.synchronize()
-        else:
-            dev_array.copy_to_host(host, stream)
+    call = (backend.launch if model is ExecutionModel.JIT  # type: ignore[attr-defined]
+            else backend.execute if model is ExecutionModel.DIRECT  # type: ignore[attr-defined]
+            else backend.run)  # type: ignore[attr-defined]
+    return BoundLaunch(call, spec.routine, grid3, block3, args, arg_types, device_args,
+                       copy_back, dev, stream)
+
+
+def adopt_foreign(args: Sequence[Any]) -> Sequence[Any]:
+    """Foreign device arrays (CuPy, PyTorch, JAX, ...) become DeviceArrays sharing their
+    memory, through the adopters backends register (`kiln.runtime.interop`)."""
+    if all(isinstance(a, _NATIVE_ARGS) for a in args):
+        return args
+    from .registry import registry
+
+    registry.entries()  # backends register their adopters on import
+    return tuple(a if isinstance(a, _NATIVE_ARGS) else adopt(a) or a for a in args)
+
+
+_NATIVE_ARGS = (DeviceArray, np.ndarray, bool, int, float, np.generic)
 
 
 def _to_device_args(kernel: Kernel, args: Sequence[Any], arg_types: tuple[Type, ...],

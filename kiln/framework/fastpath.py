@@ -11,17 +11,20 @@ the plan declines and the executor's full path runs (and remembers a new plan).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..ir.types import ConstexprType, ScalarType, Type
+from ..lang.errors import LaunchError
 from ..runtime.array import DeviceArray
 
 if TYPE_CHECKING:
     from ..lang.kernel import Kernel
     from ..runtime.device import Device
+    from .executor import BoundLaunch
 
 Plan = Callable[[Sequence[Any]], bool]
 _SCALAR_TYPES = (bool, int, float, np.generic)
@@ -86,3 +89,36 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
     )
     exec(compile(source, f"<kiln launch plan {kernel.name}>", "exec"), scope)
     kernel.launch_plans[key] = scope["plan"]
+
+
+class PreparedLaunch:
+    """`kernel.prepare(grid, block, *args)`: a launch checked and packed once; each call
+    runs it again with no checks (the arguments' contents may change, not the arguments).
+
+    A backend may provide `prepare_launch(routine, grid, block, args, stream)` returning a
+    callable that launches with parameters it packed once (CUDA does).
+    """
+
+    def __init__(self, kernel_name: str, bound: BoundLaunch) -> None:
+        if bound.copy_back or any(isinstance(a, np.ndarray) for a in bound.args):
+            raise LaunchError(f"prepare({kernel_name}): pass device arrays, not NumPy arrays")
+        backend = bound.device.backend
+        prepare = getattr(backend, "prepare_launch", None)
+        if prepare is not None:
+            self._run = prepare(bound.routine, bound.grid, bound.block, bound.device_args,
+                                bound.stream.handle)
+        else:
+            self._run = functools.partial(bound.call, bound.routine, bound.grid, bound.block,
+                                          bound.device_args, bound.stream.handle)
+        self.bound = bound
+
+    def __call__(self) -> None:
+        self._run()
+
+
+def prepare(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any],
+            device: Any = None, stream: Any = None) -> PreparedLaunch:
+    from .executor import adopt_foreign, bind_launch
+
+    return PreparedLaunch(kernel.name,
+                          bind_launch(kernel, grid, block, adopt_foreign(args), device, stream))

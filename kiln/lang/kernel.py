@@ -13,6 +13,7 @@ from .errors import KernelError, LaunchError
 if TYPE_CHECKING:
     from ..framework.backend import Backend
     from ..framework.executor import Specialization
+    from ..framework.fastpath import PreparedLaunch
     from ..ir.nodes import Program
     from ..runtime.device import Device, Stream
 
@@ -65,6 +66,7 @@ class Kernel(_Compilable):
     def __init__(self, pyfunc: Callable[..., Any], options: dict[str, Any]) -> None:
         super().__init__(pyfunc, options)
         self.specializations: dict[Any, Specialization] = {}
+        self.launch_plans: dict[Any, Callable[..., bool]] = {}  # see framework.fastpath
         self._programs: dict[tuple[Type, ...], Program] = {}
 
     def __repr__(self) -> str:
@@ -116,6 +118,14 @@ class Kernel(_Compilable):
         return b.generate_source(program)  # type: ignore[attr-defined]
 
     @_user_facing
+    def prepare(self, grid: Any, block: Any, *args: Any, device: Device | str | None = None,
+                stream: Stream | None = None) -> PreparedLaunch:
+        """Check and pack a launch once; calling the result launches it again, unchecked."""
+        from ..framework.fastpath import prepare
+
+        return prepare(self, grid, block, args, device, stream)
+
+    @_user_facing
     def compile(self, device: Device | str | None = None, *types: Type) -> Specialization:
         """Compile ahead of a launch."""
         from ..framework.executor import specialize
@@ -134,7 +144,12 @@ class Launcher:
 
     @_user_facing
     def __call__(self, *args: Any) -> None:
-        return launch(self.kernel, self.grid, self.block, args, stream=self.stream)
+        try:  # the fast path: a plan remembered for this configuration (framework.fastpath)
+            plan = self.kernel.launch_plans.get((self.grid, self.block, None, self.stream))
+        except TypeError:  # an unhashable grid or block (a list)
+            plan = None
+        if plan is None or not plan(args):
+            launch(self.kernel, self.grid, self.block, args, stream=self.stream)
 
 
 @_user_facing

@@ -42,6 +42,29 @@ class DeviceArray:
     def __repr__(self) -> str:
         return f"<kiln.DeviceArray shape={self.shape} dtype={self.dtype} on {self.device.name}>"
 
+    # Interop: exported when the array's backend implements the optional methods
+    # `cuda_array_interface(array)`, `dlpack(array, stream)` and `dlpack_device(array)`.
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        export = getattr(self.device.backend, "cuda_array_interface", None)
+        if export is None:
+            raise AttributeError(f"arrays of {self.device.name} are not in CUDA memory")
+        return export(self)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                    copy: bool | None = None) -> Any:
+        export = getattr(self.device.backend, "dlpack", None)
+        if export is None or copy:
+            raise BufferError(f"arrays of {self.device.name} do not export DLPack"
+                              + (" copies" if export else ""))
+        return export(self, stream)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        export = getattr(self.device.backend, "dlpack_device", None)
+        if export is None:
+            raise BufferError(f"arrays of {self.device.name} do not export DLPack")
+        return export(self)
+
     def copy_to_host(self, out: np.ndarray | None = None, stream: Stream | None = None
                      ) -> np.ndarray:
         """Copy to a NumPy array, waiting for the copy (and the work queued before it)."""
