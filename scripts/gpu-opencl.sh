@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# kiln's opencl backend on the GPU machine: NVIDIA's OpenCL driver and PoCL.
+#
+# Registers NVIDIA's OpenCL driver (present there, but with no ICD file), installs pyopencl
+# (and PoCL, PyPI's pocl-binary-distribution) from carried wheels, runs `kiln check` on every
+# OpenCL device, then benchmarks NVIDIA OpenCL against the cuda backend. The summary goes to
+# $OUT/gpu-opencl-output.md (committed as benchmarks/gpu-opencl-output.md).
+#
+# Wheels (made on the development machine, for the device's Python 3.12):
+#   .whl-opencl/  pyopencl, pytools, siphash24, platformdirs   (about 1 MiB)
+#   .whl-pocl/    pocl-binary-distribution                     (about 56 MiB, optional)
+# Run through the device tool with carry [".whl-opencl", ".whl-pocl"]:
+#   bash scripts/gpu-opencl.sh
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT=${OUT:-$(mktemp -d)}
+PY=${PYTHON:-python3}
+summary="$OUT/gpu-opencl-output.md"
+export PYTHONUNBUFFERED=1 COLUMNS=110
+
+wheels=(.whl-opencl/*.whl)
+[ -d .whl-pocl ] && wheels+=(.whl-pocl/*.whl)
+"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "${wheels[@]}" || exit 1
+export PYTHONPATH="/tmp/site:$PWD"
+
+icd=$(mktemp -d)
+cp /etc/OpenCL/vendors/*.icd "$icd"/ 2>/dev/null
+echo libnvidia-opencl.so.1 > "$icd/nvidia.icd"
+export OCL_ICD_VENDORS=$icd
+
+opencl_devices() {  # names of the OpenCL devices of one kind (GPU, CPU) or all
+    "$PY" -c "import kiln, sys
+kind = sys.argv[1] if len(sys.argv) > 1 else ''
+print(' '.join(d.name for d in kiln.devices() if d.backend.name == 'opencl'
+               and kind in ('', d.capabilities.kind.name)))" "$@"
+}
+
+status=0
+{
+    echo "# kiln's opencl backend on the GPU machine"
+    echo
+    echo "Run by \`scripts/gpu-opencl.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC');" \
+         "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)," \
+         "Python $("$PY" -c 'import platform; print(platform.python_version())')."
+    echo
+    echo '## kiln info'
+    echo '```'
+    "$PY" -m kiln info 2>&1
+    echo '```'
+} > "$summary"
+
+for dev in $(opencl_devices); do
+    log="$OUT/check-${dev/:/-}.log"
+    "$PY" -m kiln check "$dev" > "$log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && status=1
+    {
+        echo
+        echo "## kiln check $dev (exit status $rc)"
+        echo '```'
+        grep -E "failed|error|Error|skipped" "$log" | grep -v "^│.*│ passed │" | head -40
+        tail -1 "$log"
+        echo '```'
+    } >> "$summary"
+done
+
+gpus=$(opencl_devices GPU)
+has_cuda=$("$PY" -c "import kiln; print(any(e.name == 'cuda' and e.available
+                                           for e in kiln.backends()))")
+[ "$has_cuda" = True ] && gpus="$gpus cuda"
+{
+    echo
+    echo "## Benchmarks: NVIDIA OpenCL vs the cuda backend"
+    echo
+} >> "$summary"
+if [ -n "$gpus" ]; then
+    # shellcheck disable=SC2086 # one word per device
+    "$PY" benchmarks/bench_opencl.py --devices $gpus --n $((1 << 24)) --mm 2048 \
+        --markdown "$summary" 2>&1 | tail -5 || status=1
+fi
+cat "$summary"
+exit $status
