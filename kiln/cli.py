@@ -7,6 +7,7 @@ backend, a bad FILE.py:KERNEL) print one message and exit with status 2, no trac
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import os
 import re
@@ -22,7 +23,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from .framework.backend import Backend, Capabilities, ExecutionModel
-from .ir.types import SCALAR_BY_NAME, ArrayType, ScalarType, Type, bool_, f32, i32
+from .ir.types import (
+    SCALAR_BY_NAME,
+    ArrayType,
+    ConstexprType,
+    ScalarType,
+    Type,
+    bool_,
+    f32,
+    i32,
+)
 from .lang.errors import KernelError, LaunchError
 from .runtime.device import Device
 from .runtime.selection import DeviceNotFoundError
@@ -53,18 +63,26 @@ def backend_named(name: str) -> Backend:
 
 
 _TYPE_PATTERN = re.compile(r"^(\w+)\s*(?:\[([:,\s]*)\])?$")
+_CONSTEXPR_PATTERN = re.compile(r"^constexpr\((.+)\)$")
 _PYTHON_NAMES: dict[str, ScalarType] = {"int": i32, "float": f32, "bool": bool_}
 
 
 def parse_type(text: str) -> Type:
-    """`f32`, `int`, `float64`, `f32[:]`, `i32[:, :]` -> a kiln type."""
+    """`f32`, `int`, `float64`, `f32[:]`, `i32[:, :]`, `constexpr(16)` -> a kiln type."""
     import kiln
 
+    constexpr = _CONSTEXPR_PATTERN.match(text.strip())
+    if constexpr:
+        try:
+            return kiln.constexpr(ast.literal_eval(constexpr.group(1)))
+        except (ValueError, SyntaxError):
+            raise UsageError(f"'{text}': a constexpr value is a Python literal, e.g. "
+                             "constexpr(16)") from None
     match = _TYPE_PATTERN.match(text.strip())
     name = match.group(1) if match else ""
     scalar = _PYTHON_NAMES.get(name) or SCALAR_BY_NAME.get(name) or getattr(kiln, name, None)
     if not match or not isinstance(scalar, ScalarType):
-        raise UsageError(f"'{text}' is not a kiln type (write f32, i32, f32[:], f64[:, :], ...)")
+        raise UsageError(f"'{text}' is not a kiln type (e.g. f32, i32, f32[:], f64[:, :])")
     dims = match.group(2)
     if dims is None:
         return scalar
@@ -191,10 +209,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if types and len(types) != len(kernel.signature):
         raise UsageError(f"{kernel.name} has {len(kernel.signature)} parameter(s), "
                          f"--types gave {len(types)}")
-    missing = [name for name, t in kernel.signature if t is None]
+    missing = [name for name, t in kernel.signature
+               if t is None or (isinstance(t, ConstexprType) and t.value is None)]
     if missing and not types:
-        raise UsageError(f"{kernel.name}: parameters {', '.join(missing)} have no annotation; "
-                         "give every parameter's type with --types")
+        raise UsageError(f"{kernel.name}: parameters {', '.join(missing)} need a type or a "
+                         "constexpr value; give every parameter's with --types, e.g. "
+                         "--types f32[:] i32 constexpr(16)")
     backend = backend_named(args.backend) if args.backend else kiln.device().backend
     if backend.execution_model is ExecutionModel.JIT:
         print(kernel.source(backend, *types), end="")

@@ -35,6 +35,13 @@ def broken(a: f32[:]):
     a[1] = x
 
 
+@kiln.kernel
+def tiled(a: f32[:], tile: kiln.constexpr):
+    s = kiln.shared(f32, tile)
+    s[0] = a[0]
+    a[1] = s[0]
+
+
 NOT_A_KERNEL = 3
 '''
 
@@ -55,15 +62,16 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize(("text", "expected"), [
     ("f32", kiln.f32), ("int", kiln.i32), ("float64", kiln.f64), ("bool", kiln.bool_),
     ("f32[:]", ArrayType(kiln.f32, 1)), ("i64[:, :]", ArrayType(kiln.i64, 2)),
-    ("u8[:,:,:]", ArrayType(kiln.u8, 3)),
+    ("u8[:,:,:]", ArrayType(kiln.u8, 3)), ("constexpr(16)", kiln.constexpr(16)),
 ])
 def test_parse_type(text: str, expected: kiln.ScalarType) -> None:
     assert parse_type(text) == expected
 
 
-@pytest.mark.parametrize("text", ["f33", "f32[]", "f32[1]", "numpy", "f32[:, 2]"])
+@pytest.mark.parametrize("text", ["f33", "f32[]", "f32[1]", "numpy", "f32[:, 2]",
+                                  "constexpr(x)"])
 def test_parse_bad_type(text: str) -> None:
-    with pytest.raises(UsageError, match="f32"):
+    with pytest.raises(UsageError, match=r"e.g. (f32|constexpr)"):
         parse_type(text)
 
 
@@ -88,6 +96,12 @@ def test_compile_with_types(capsys, kernels_file: Path) -> None:
     assert "kernel untyped(a: f64[:], n: i32)" in out and "f64(n)" in out
 
 
+def test_compile_with_a_constexpr_value(capsys, kernels_file: Path) -> None:
+    code, out, _ = run(capsys, "compile", f"{kernels_file}:tiled", "-b", "interp",
+                       "--types", "f32[:]", "constexpr(8)")
+    assert code == 0 and "var s: shared f32[8]" in out
+
+
 def test_compile_prints_source_for_a_jit_backend(capsys, kernels_file: Path) -> None:
     jit = [e for e in kiln.backends()
            if e.available and e.backend.execution_model is kiln.ExecutionModel.JIT]
@@ -101,9 +115,10 @@ def test_compile_prints_source_for_a_jit_backend(capsys, kernels_file: Path) -> 
 @pytest.mark.parametrize(("target", "types", "fragment"), [
     ("{file}", [], "write FILE.py:KERNEL"),
     ("missing.py:k", [], "no such file"),
-    ("{file}:nope", [], "'nope' is not defined; kernels there: broken, untyped, vector_add"),
+    ("{file}:nope", [], "'nope' is not defined; kernels there: broken, tiled, untyped, vector_add"),
     ("{file}:NOT_A_KERNEL", [], "a int, not a kernel"),
-    ("{file}:untyped", [], "give every parameter's type with --types"),
+    ("{file}:untyped", [], "parameters a, n need a type"),
+    ("{file}:tiled", [], "parameters tile need a type or a constexpr value"),
     ("{file}:vector_add", ["f32[:]"], "4 parameter(s), --types gave 1"),
     ("{file}:vector_add", ["f32[:]", "f32[:]", "f32[:]", "str"], "'str' is not a kiln type"),
 ])
