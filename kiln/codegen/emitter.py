@@ -447,7 +447,7 @@ class CEmitter:
         suffix = self.literal_suffixes.get(t, "")
         lo, _ = t.range()
         if v == lo and t.is_signed:
-            return CExpr(f"({-v - 1}{suffix} - 1)", PRIMARY)
+            return CExpr(f"(-{-v - 1}{suffix} - 1)", PRIMARY)
         return CExpr(f"{v}{suffix}", UNARY if v < 0 else PRIMARY)
 
     def expr_Const(self, e: ir.Const) -> CExpr:  # noqa: N802
