@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..framework.backend import Capabilities
+from ..ir.passes.features import supports_atomic
 from ..ir.types import ScalarType, Type, f64
 
 if TYPE_CHECKING:
@@ -44,12 +45,12 @@ FP64 = Requirement("f64", _no_fp64)
 def has_atomic(caps: Capabilities, name: str, t: ScalarType) -> bool:
     """Whether a device supports atomic `name` on `t` elements.
 
-    `Capabilities.atomics` lists `"<atomic>:<type>"` entries (`"atomic_add:f32"`); a bare
-    atomic name stands for every type the registry allows it on. f64 also needs fp64.
+    `Capabilities.atomics` lists `"<atomic>:<type>"` entries (`"atomic_add:f32"`). f64 also
+    needs fp64.
     """
     if t == f64 and not caps.fp64:
         return False
-    return f"{name}:{t.name}" in caps.atomics or name in caps.atomics
+    return supports_atomic(caps.atomics, name, t.name)
 
 
 def atomic(name: str, t: ScalarType) -> Requirement:

@@ -54,7 +54,11 @@ for _n in ("CPU", "GPU", "ACCELERATOR"):
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a device can do (SPEC §2). `arch` identifies the binary target for cache keys."""
+    """What a device can do (SPEC §2). `arch` identifies the binary target for cache keys.
+
+    `atomics` holds one "op:type" entry per supported atomic and element type
+    ("atomic_add:f32"); `kiln.framework.intrinsics.atomic_capabilities()` builds the full set.
+    """
 
     backend: str
     name: str

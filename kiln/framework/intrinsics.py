@@ -157,6 +157,13 @@ ATOMIC_TYPES: dict[str, tuple[ScalarType, ...]] = {
 }
 
 
+def atomic_capabilities(types: frozenset[ScalarType] | None = None) -> frozenset[str]:
+    """`Capabilities.atomics` entries ("atomic_add:f32") for every atomic the registry allows,
+    restricted to element `types` when given."""
+    return frozenset(f"{op}:{t.name}" for op, allowed in ATOMIC_TYPES.items() for t in allowed
+                     if types is None or t in types)
+
+
 def _atomic(name: str, nvalues: int) -> Typing:
     """Atomics take (array, index..., value...); indices are i32, values the element type."""
 

@@ -18,7 +18,7 @@ from ...codegen.diagnostics import compile_error
 from ...framework.backend import Availability, Capabilities, DeviceKind, Dim3, JITBackend
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
 from ...framework.cache import CacheEntry, CompileCache, cache_key
-from ...framework.intrinsics import ATOMIC_TYPES
+from ...framework.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
 from ...runtime.host import HostMemoryMixin, HostStream
 from .emitter import BLOCK_DIMS, SLOT, CpuEmitter
@@ -125,7 +125,7 @@ class CpuBackend(HostMemoryMixin, JITBackend):
             max_grid_dims=(2**31 - 1, 65535, 65535),
             shared_memory_per_block=SHARED_MEMORY_PER_BLOCK, compute_units=threads,
             global_memory=_memory_bytes(), warp_size=1, fp64=True, fp16=tc.fp16,
-            atomics=frozenset(ATOMIC_TYPES), unified_memory=True, arch=tc.arch,
+            atomics=atomic_capabilities(), unified_memory=True, arch=tc.arch,
         )
         return [(threads, caps)]
 

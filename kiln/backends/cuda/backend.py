@@ -13,7 +13,7 @@ import numpy as np
 from ...framework.backend import Availability, Capabilities, DeviceKind, Dim3, JITBackend, Pass
 from ...framework.buildenv import BuildEnv
 from ...framework.cache import CompileCache, cache_key
-from ...framework.intrinsics import ATOMIC_TYPES
+from ...framework.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
 from . import interop, nvrtc
 from .dialect import CudaEmitter
@@ -98,7 +98,6 @@ def capabilities_of(ordinal: int) -> Capabilities:
         "MULTIPROCESSOR_COUNT", "WARP_SIZE", "COMPUTE_CAPABILITY_MAJOR",
         "COMPUTE_CAPABILITY_MINOR")}
     major, minor = attr["COMPUTE_CAPABILITY_MAJOR"], attr["COMPUTE_CAPABILITY_MINOR"]
-    atomics = {f"{op}:{t.name}" for op, types in ATOMIC_TYPES.items() for t in types}
     return Capabilities(
         backend="cuda", name=name, kind=DeviceKind.GPU,
         max_threads_per_block=attr["MAX_THREADS_PER_BLOCK"],
@@ -109,7 +108,7 @@ def capabilities_of(ordinal: int) -> Capabilities:
         compute_units=attr["MULTIPROCESSOR_COUNT"],
         global_memory=int(check(drv.cuDeviceTotalMem(dev), "cuDeviceTotalMem")),
         warp_size=attr["WARP_SIZE"], fp64=True, fp16=(major, minor) >= (5, 3),
-        atomics=frozenset(atomics | {t.name for types in ATOMIC_TYPES.values() for t in types}),
+        atomics=atomic_capabilities(),
         unified_memory=False, arch=f"sm_{major}{minor}",
     )
 

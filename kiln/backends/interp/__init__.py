@@ -19,7 +19,7 @@ from ...framework.backend import (
     Dim3,
     DirectBackend,
 )
-from ...framework.intrinsics import ATOMIC_TYPES
+from ...framework.intrinsics import atomic_capabilities
 from ...framework.registry import register_backend
 from ...ir.nodes import Program
 from ...ir.passes import Pass, pipeline_for
@@ -65,8 +65,7 @@ class InterpBackend(HostMemoryMixin, DirectBackend):
             warp_size=1,
             fp64=True,
             fp16=True,
-            atomics=frozenset(f"{op}:{t.name}" for op, types in ATOMIC_TYPES.items()
-                              for t in types),
+            atomics=atomic_capabilities(),
             unified_memory=True,
             arch="numpy",
         )

@@ -35,13 +35,8 @@ def _element(t: Type) -> ScalarType | None:
 
 
 def supports_atomic(atomics: frozenset[str], name: str, elem: str) -> bool:
-    """Whether `capabilities.atomics` allows atomic `name` on `elem` elements.
-
-    Entries are element types ("f32": atomics on f32 elements); a device may also list
-    "op:type" entries ("atomic_add:f64"), and then that op is allowed on those types only.
-    """
-    per_op = {a for a in atomics if a.startswith(f"{name}:")}
-    return f"{name}:{elem}" in per_op if per_op else elem in atomics
+    """Whether `capabilities.atomics` ("op:type" entries) allows atomic `name` on `elem`."""
+    return f"{name}:{elem}" in atomics
 
 
 class _FeatureCheck:
