@@ -204,7 +204,7 @@ class FunctionBuilder:
     def stmt(self, node: ast.stmt) -> list[ir.Stmt]:
         for kind, what in UNSUPPORTED_STATEMENTS.items():
             if isinstance(node, kind):
-                raise UnsupportedError(f"{what} are not supported in kernels", self.loc(node))
+                raise UnsupportedError(f"kernels do not support {what}", self.loc(node))
         method = getattr(self, f"stmt_{type(node).__name__}", None)
         if method is None:
             raise UnsupportedError(f"{type(node).__name__} statements are not supported in "
@@ -317,7 +317,10 @@ class FunctionBuilder:
         src = value.type
         if src == t:
             return value
-        assert isinstance(src, ScalarType)
+        target = what or (f"variable '{name}'" if name else "the target")
+        if not isinstance(src, ScalarType):
+            raise KernelTypeError(f"cannot assign a {src} value to {target} of type {t}",
+                                  value.loc or loc)
         literal = self.literal_value(value)
         if literal is not None:
             ok = isinstance(literal, bool) or t.is_float or (
@@ -325,7 +328,6 @@ class FunctionBuilder:
         else:
             ok = can_convert_implicitly(src, t) or (compound and can_store(src, t))
         if not ok:
-            target = what or (f"variable '{name}'" if name else "the target")
             hint = f"; convert explicitly with {t.name}(...)"
             raise KernelTypeError(f"cannot assign a {src} value to {target} of type {t}{hint}",
                                   value.loc or loc)
@@ -399,7 +401,7 @@ class FunctionBuilder:
         return ir.Store(array, indices, converted, loc=self.loc(stmt))
 
     def stmt_AugAssign(self, node: ast.AugAssign) -> list[ir.Stmt]:
-        op = BINOPS[type(node.op)]
+        op = self.operator(node.op, node)
         if isinstance(node.target, ast.Name):
             name = node.target.id
             current = self.read_name(node.target)
@@ -635,7 +637,7 @@ class FunctionBuilder:
     def expr(self, node: ast.expr) -> ir.Expr:
         for kind, what in UNSUPPORTED_EXPRESSIONS.items():
             if isinstance(node, kind):
-                raise UnsupportedError(f"{what} are not supported in kernels", self.loc(node))
+                raise UnsupportedError(f"kernels do not support {what}", self.loc(node))
         method = getattr(self, f"expr_{type(node).__name__}", None)
         if method is None:
             raise UnsupportedError(f"{type(node).__name__} expressions are not supported in "
@@ -757,8 +759,14 @@ class FunctionBuilder:
             return self.cast(idx, i64 if t.bits >= 32 else i32)
         return idx
 
+    def operator(self, op: ast.operator, node: ast.AST) -> str:
+        symbol = BINOPS.get(type(op))
+        if symbol is None:  # `@`, the one Python operator kernels lack
+            raise UnsupportedError("kernels do not support the `@` operator", self.loc(node))
+        return symbol
+
     def expr_BinOp(self, node: ast.BinOp) -> ir.Expr:
-        op = BINOPS[type(node.op)]
+        op = self.operator(node.op, node)
         return self.binop(op, self.expr(node.left), self.expr(node.right), node)
 
     def binop(self, op: str, left: ir.Expr, right: ir.Expr, node: ast.AST) -> ir.Expr:
@@ -828,8 +836,8 @@ class FunctionBuilder:
         left = self.expr(node.left)
         for op_node, right_node in zip(node.ops, node.comparators):
             if type(op_node) not in CMPOPS:
-                raise UnsupportedError(f"{type(op_node).__name__} comparisons are not "
-                                       "supported in kernels", self.loc(node))
+                raise UnsupportedError("kernels do not support `is`, `is not`, `in` and "
+                                       "`not in`", self.loc(node))
             right = self.expr(right_node)
             parts.append(self.compare(CMPOPS[type(op_node)], left, right, node))
             left = right
@@ -877,6 +885,9 @@ class FunctionBuilder:
         if not isinstance(node.func, (ast.Name, ast.Attribute)):
             self.expr(node.func)  # rejects lambdas and other unsupported expressions
             raise UnsupportedError("only named functions can be called in kernels", loc)
+        if any(isinstance(a, ast.Starred) for a in node.args) \
+                or any(kw.arg is None for kw in node.keywords):
+            raise UnsupportedError("kernels do not support *args or **kwargs in calls", loc)
         fn = self.resolver.resolve(node.func, self.loc(node.func))
         if fn is print:
             raise UnsupportedError("print is not supported in kernels", loc)

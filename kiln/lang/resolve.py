@@ -87,9 +87,12 @@ def annotation_type(resolver: StaticResolver, node: ast.expr, loc: Loc) -> Type:
     try:
         scope = {**vars(builtins), **resolver.globals, **resolver.closure}
         obj = eval(compile(ast.Expression(node), "<annotation>", "eval"), scope)  # noqa: S307
-    except Exception as exc:
+    except NameError as exc:
         raise UnknownNameError(f"cannot evaluate the annotation '{ast.unparse(node)}': {exc}",
                                loc) from None
+    except Exception as exc:
+        raise KernelTypeError(f"cannot evaluate the annotation '{ast.unparse(node)}': {exc}",
+                              loc) from None
     t = type_from_object(obj)
     if t is None:
         raise KernelTypeError(f"'{ast.unparse(node)}' is not a kiln type (use f32, i32, "
