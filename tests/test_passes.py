@@ -17,6 +17,7 @@ from conftest import marked_line
 import kiln
 from kiln import f32, i32, i64
 from kiln.framework.backend import Capabilities, DeviceKind, ExecutionModel
+from kiln.framework.intrinsics import atomic_capabilities
 from kiln.ir import nodes as ir
 from kiln.ir.enums import MemorySpace
 from kiln.ir.passes import (
@@ -684,7 +685,8 @@ def caps(**changes: object) -> Capabilities:
         backend="test", name="Tiny GPU", kind=DeviceKind.GPU, max_threads_per_block=256,
         max_block_dims=(256, 256, 64), max_grid_dims=(65535, 65535, 65535),
         shared_memory_per_block=1024, compute_units=1, global_memory=2**20, warp_size=32,
-        fp64=True, fp16=True, atomics=frozenset({"i32", "u32", "f32"}))
+        fp64=True, fp16=True,
+        atomics=atomic_capabilities(frozenset({kiln.i32, kiln.u32, kiln.f32})))
     return dataclasses.replace(base, **changes)
 
 
@@ -738,7 +740,7 @@ def test_shared_memory_limit() -> None:
 def test_supported_features_pass() -> None:
     for kernel in (uses_f64, uses_f16, f64_atomic):
         program = kernel.program(tuple(t for _, t in kernel.signature))
-        full = caps(atomics=frozenset({"i32", "u32", "i64", "u64", "f32", "f64"}))
+        full = caps(atomics=atomic_capabilities())
         assert device_feature_check(full)(program) is program
 
 
