@@ -444,7 +444,11 @@ def test_message_shows_location_source_line_and_caret() -> None:
     assert source.index("a[0]") == caret.index("^")
 
 
+PUBLIC_ENTRY = str(Path(kiln.Kernel.ir.__code__.co_filename).resolve())  # kiln/lang/kernel.py
+
+
 def kiln_frames(exc: BaseException) -> list[str]:
+    """The traceback's frames in kiln's package, as file:line."""
     package = str(Path(kiln.__file__).resolve().parent)
     tb, frames = exc.__traceback__, []
     while tb is not None:
@@ -455,9 +459,16 @@ def kiln_frames(exc: BaseException) -> list[str]:
     return frames
 
 
+def assert_only_entry_frames(exc: BaseException, most: int) -> None:
+    """No kiln frame but the public entry point's (`kernel[...](...)` -> `launch`: two)."""
+    frames = kiln_frames(exc)
+    assert len(frames) <= most, frames
+    assert all(f.startswith(PUBLIC_ENTRY + ":") for f in frames), frames
+
+
 def test_kernel_error_traceback_has_no_kiln_internals() -> None:
     exc = compile_error(float_bitwise)
-    assert len(kiln_frames(exc)) <= 1, kiln_frames(exc)
+    assert_only_entry_frames(exc, 1)
     assert exc.__cause__ is None and exc.__suppress_context__
 
 
@@ -465,7 +476,7 @@ def test_kernel_error_at_launch_has_no_kiln_internals(interp) -> None:
     with pytest.raises(kiln.KernelTypeError) as info:
         float_bitwise[1, 32](np.zeros(N, np.float32))
     assert info.value.line == marked_line(float_bitwise)
-    assert len(kiln_frames(info.value)) <= 1, kiln_frames(info.value)
+    assert_only_entry_frames(info.value, 2)
 
 
 def test_shared_array_in_device_function() -> None:
@@ -539,7 +550,10 @@ def test_launch_error_for_2d_array_of_wrong_ndim(interp) -> None:
 def test_launch_error_traceback_has_no_kiln_internals(interp) -> None:
     with pytest.raises(kiln.LaunchError) as info:
         scale[1, 64](*args(n=2**40))
-    assert len(kiln_frames(info.value)) <= 1, kiln_frames(info.value)
+    assert_only_entry_frames(info.value, 2)
+    with pytest.raises(kiln.LaunchError) as info:
+        kiln.launch(scale, 1, 64, args(n=2**40))
+    assert_only_entry_frames(info.value, 1)
 
 
 def test_array_on_another_device(interp, other_device) -> None:
