@@ -315,6 +315,27 @@ def constant_division_by_zero(a: f32[:]):
     a[0] = 1 // 0  # error
 
 
+@kiln.kernel
+def matmul_operator(a: f32[:]):
+    a[0] = a[1] @ a[2]  # error
+
+
+@kiln.kernel
+def array_into_element(a: f32[:], b: f32[:]):
+    a[0] = b  # error
+
+
+@kiln.kernel
+def starred_call(a: f32[:]):
+    a[0] = max(*a)  # error
+
+
+@kiln.kernel
+def membership(a: f32[:], n: i32):
+    if n in a:  # error
+        a[0] = 1.0
+
+
 # ---------------------------------------------------------------- shared memory and barriers
 
 
@@ -399,6 +420,10 @@ KERNEL_ERRORS = [
     (zero_range_step, kiln.KernelError, "step must not be zero"),
     (negative_constant_index, kiln.KernelError, "negative indices do not wrap"),
     (constant_division_by_zero, kiln.KernelError, "division by zero"),
+    (matmul_operator, kiln.UnsupportedError, "`@` operator"),
+    (array_into_element, kiln.KernelTypeError, "cannot assign a f32[:] value to an element"),
+    (starred_call, kiln.UnsupportedError, "*args"),
+    (membership, kiln.UnsupportedError, "`in`"),
     (shared_non_constant_size, kiln.ConstantError, "size fixed at compile time"),
     (barrier_under_thread_if, kiln.ConvergenceError, "barrier"),
     (barrier_in_thread_loop, kiln.ConvergenceError, "barrier"),
@@ -493,6 +518,19 @@ def test_shared_array_in_device_function() -> None:
     exc = compile_error(caller)
     assert isinstance(exc, kiln.UnsupportedError) and "only be declared in kernels" in str(exc)
     assert exc.line == marked_line(makes_shared)
+
+
+@kiln.kernel
+def shared_too_big(a: f32[:]):  # error
+    s = kiln.shared(f32, 100_000)
+    s[0] = a[0]
+    a[1] = s[0]
+
+
+def test_shared_memory_over_the_device_limit(interp) -> None:
+    with pytest.raises(kiln.DeviceFeatureError, match="400000 bytes per block") as info:
+        shared_too_big.compile(interp)
+    assert (info.value.loc.file, info.value.line) == (HERE, marked_line(shared_too_big))
 
 
 # ---------------------------------------------------------------- launches
