@@ -50,8 +50,10 @@ OPENCL_WORDS = frozenset([
 
 INDEX_FUNCTIONS = {"thread_idx": "get_local_id", "block_idx": "get_group_id",
                    "block_dim": "get_local_size", "grid_dim": "get_num_groups"}
-FENCES = "CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE"
-"""`barrier()` orders shared and global memory within a block, as CUDA's __syncthreads."""
+LOCAL_FENCE = "CLK_LOCAL_MEM_FENCE"
+BOTH_FENCES = "CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE"
+"""`barrier()` orders shared memory, and global memory too wherever the block may have
+written global memory before it (as CUDA's __syncthreads does); see `global_barriers`."""
 
 NATIVE_ATOMICS = {"atomic_add": "add", "atomic_sub": "sub", "atomic_min": "min",
                   "atomic_max": "max", "atomic_and": "and", "atomic_or": "or",
@@ -108,9 +110,17 @@ SPELLINGS: dict[str, object] = {
     f"{base}_{axis}": f"(int){function}({n})"
     for base, function in INDEX_FUNCTIONS.items() for n, axis in enumerate("xyz")
 }
+
+
+def _barrier(emitter: CEmitter, call: ir.IntrinsicCall, args: list[str]) -> str:
+    fenced = getattr(emitter, "global_barriers", None)
+    global_fence = fenced is None or id(call) in fenced
+    return f"barrier({BOTH_FENCES if global_fence else LOCAL_FENCE})"
+
+
 SPELLINGS.update({
-    "barrier": f"barrier({FENCES})",
-    "mem_fence": f"mem_fence({FENCES})",
+    "barrier": _barrier,
+    "mem_fence": f"mem_fence({BOTH_FENCES})",
     "rsqrt": "rsqrt({0})",
     **{name: _atomic(name) for name in ATOMIC_TYPES},
 })
@@ -141,6 +151,10 @@ class OpenCLEmitter(CEmitter):
            for op in CAS_OPS for space in (MemorySpace.GLOBAL, MemorySpace.SHARED)},
     }
 
+    def emit(self, program: ir.Program) -> str:
+        self.global_barriers = global_barriers(program)
+        return super().emit(program)
+
     def float_suffix(self, t: Type) -> str:
         return ""  # OpenCL's math built-ins are overloaded on the argument type
 
@@ -170,6 +184,88 @@ def extensions_used(program: ir.Program) -> list[str]:
     order = ("cl_khr_fp64", "cl_khr_fp16", "cl_khr_int64_base_atomics",
              "cl_khr_int64_extended_atomics")
     return [ext for ext in order if ext in needed]
+
+
+Access = tuple[frozenset[str], frozenset[str]]
+"""Global arrays (kernel parameter names; `*` for any) read and written."""
+NONE: Access = (frozenset(), frozenset())
+ANY = frozenset("*")
+
+
+def global_barriers(program: ir.Program) -> set[int]:
+    """Ids of the barrier calls that need CLK_GLOBAL_MEM_FENCE: where one global array may be
+    written on one side of the barrier and read or written on the other (loops count both
+    ways), as in CUDA, where __syncthreads orders global memory too. Distinct array
+    arguments are taken not to overlap. Barriers in device functions always get it."""
+    touches: dict[str, Access] = {}
+    fenced: set[int] = set()
+    for func in program.functions:  # callees first
+        reads, writes = _access(func.body, touches)
+        touches[func.name] = (ANY if reads else frozenset(), ANY if writes else frozenset())
+        fenced |= {id(n) for n in walk(func.body) if _is_barrier(n)}
+    before: dict[int, Access] = {}
+    after: dict[int, Access] = {}
+
+    def scan(body: list[ir.Stmt], seen: Access, out: dict[int, Access], forward: bool
+             ) -> Access:
+        for stmt in body if forward else reversed(body):
+            if isinstance(stmt, ir.If):
+                cond = _access(stmt.cond, touches)
+                start = _union(seen, cond) if forward else seen
+                seen = _union(cond, *(scan(b, start, out, forward)
+                                      for b in (stmt.then, stmt.orelse)))
+            elif isinstance(stmt, (ir.While, ir.For)):
+                seen = _union(seen, _access(stmt, touches))  # the next iteration counts too
+                scan(stmt.body, seen, out, forward)
+            elif isinstance(stmt, ir.ExprStmt) and _is_barrier(stmt.expr):
+                out[id(stmt.expr)] = seen
+            else:
+                seen = _union(seen, _access(stmt, touches))
+        return seen
+
+    scan(program.kernel.body, NONE, before, True)
+    scan(program.kernel.body, NONE, after, False)
+    for key, (reads0, writes0) in before.items():
+        reads1, writes1 = after[key]
+        if _meet(writes0, reads1 | writes1) or _meet(reads0, writes1):
+            fenced.add(key)
+    return fenced
+
+
+def _union(*accesses: Access) -> Access:
+    return (frozenset().union(*(a[0] for a in accesses)),
+            frozenset().union(*(a[1] for a in accesses)))
+
+
+def _meet(a: frozenset[str], b: frozenset[str]) -> bool:
+    return bool(a & b) or bool(a and "*" in b) or bool(b and "*" in a)
+
+
+def _access(node: ir.Expr | ir.Stmt | list[ir.Stmt], touches: dict[str, Access]) -> Access:
+    reads: set[str] = set()
+    writes: set[str] = set()
+    for n in walk(node):
+        if isinstance(n, ir.Load) and _is_global(n.array.type):
+            reads.add(n.array.name)
+        elif isinstance(n, ir.Store) and _is_global(n.array.type):
+            writes.add(n.array.name)
+        elif (isinstance(n, ir.IntrinsicCall) and intrinsics[n.name].category == "atomic"
+              and _is_global(n.args[0].type)):
+            reads.add(n.args[0].name)  # type: ignore[attr-defined]
+            writes.add(n.args[0].name)  # type: ignore[attr-defined]
+        elif isinstance(n, ir.Call):
+            called = touches.get(n.func, NONE)
+            reads |= called[0]
+            writes |= called[1]
+    return frozenset(reads), frozenset(writes)
+
+
+def _is_barrier(node: ir.Expr | ir.Stmt) -> bool:
+    return isinstance(node, ir.IntrinsicCall) and node.name == "barrier"
+
+
+def _is_global(t: Type) -> bool:
+    return isinstance(t, ArrayType) and t.space is MemorySpace.GLOBAL
 
 
 def _elem(t: Type) -> ScalarType:
