@@ -290,39 +290,39 @@ extern "C" __global__ void matmul_regs(const float *a, const float *b, float *c,
 
 
 def event_median(fn: Callable[[], Any], repeat: int, warmup: int = 3) -> float:
-    """Median milliseconds of `fn` between CUDA events on the default kiln stream, which the
-    legacy default stream (CuPy's and PyTorch's) is ordered with."""
+    """Median milliseconds of `fn` (work on kiln's default stream) between CUDA events.
+
+    The repeats are queued back to back, so the GPU stays busy and the events time the
+    kernels, not the host's launch latency."""
     dev = kiln.device("cuda")
     for _ in range(warmup):
         fn()
     dev.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = kiln.Event(dev), kiln.Event(dev)
-        dev.synchronize()
+    events = [(kiln.Event(dev), kiln.Event(dev)) for _ in range(repeat)]
+    for start, end in events:
         start.record()
         fn()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    events[-1][1].synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
 def torch_event_median(fn: Callable[[], Any], repeat: int, warmup: int = 3) -> float:
+    """As `event_median`, for work on the current PyTorch stream (the legacy default
+    stream, which CuPy uses too)."""
     import torch
 
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(repeat)]
+    for start, end in events:
         start.record()
         fn()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
 class Table:
@@ -402,16 +402,16 @@ def bench_bandwidth(table: Table, quick: bool) -> None:
                                                               repeat), label,
                 twin=f"CUDA C {name}")
         guarded(table, "vector_add 2^26 f32", f"CUDA C {name}", "GB/s",
-                lambda t=twin, bl=blocks: gbs / event_median(
+                lambda t=twin, bl=blocks: gbs / torch_event_median(
                     lambda: t((bl,), (BLOCK,), (ca, cb, cc, np.int32(n))), repeat), label)
     guarded(table, "vector_add 2^26 f32", "CuPy cp.add", "GB/s",
-            lambda: gbs / event_median(lambda: cp.add(ca, cb, out=cc), repeat))
+            lambda: gbs / torch_event_median(lambda: cp.add(ca, cb, out=cc), repeat))
     guarded(table, "vector_add 2^26 f32", "PyTorch torch.add", "GB/s",
             lambda: _torch_add(gbs, ca, cb, cc, repeat))
     guarded(table, "vector_add 2^26 f32", "Triton (BLOCK 1024)", "GB/s",
             lambda: _triton_add(gbs, n, repeat))
     guarded(table, "device-to-device copy", "CuPy copy (read + write)", "GB/s",
-            lambda: 2 * n * 4 / 1e6 / event_median(lambda: cc.__setitem__(slice(None), ca),
+            lambda: 2 * n * 4 / 1e6 / torch_event_median(lambda: cc.__setitem__(slice(None), ca),
                                                    repeat))
 
     # reduce: the sum of 2^26 floats; 8 blocks of 256 per SM
@@ -432,10 +432,10 @@ def bench_bandwidth(table: Table, quick: bool) -> None:
                 lambda k=kern: gbs_r / event_median(lambda: k[blocks, BLOCK](a, out, n), repeat),
                 label, twin=f"CUDA C {name}")
         guarded(table, "reduce sum 2^26 f32", f"CUDA C {name}", "GB/s",
-                lambda t=twin: gbs_r / event_median(
+                lambda t=twin: gbs_r / torch_event_median(
                     lambda: t((blocks,), (BLOCK,), (ca, cout, np.int32(n))), repeat), label)
     guarded(table, "reduce sum 2^26 f32", "CuPy cp.sum", "GB/s",
-            lambda: gbs_r / event_median(lambda: ca.sum(), repeat))
+            lambda: gbs_r / torch_event_median(lambda: ca.sum(), repeat))
     guarded(table, "reduce sum 2^26 f32", "PyTorch torch.sum", "GB/s",
             lambda: _torch_sum(gbs_r, ca, repeat))
     guarded(table, "reduce sum 2^26 f32", "Triton (tl.sum + atomic_add)", "GB/s",
@@ -538,10 +538,10 @@ def bench_matmul(table: Table, quick: bool) -> None:
         twin(grid + (1,) * (3 - len(grid)), block, (ca, cb, cc, np.int32(n)))
         check(f"CUDA C {name}")
         guarded(table, f"matmul fp32 {n}^2", f"CUDA C {name}", "TFLOP/s",
-                lambda t=twin, g=grid, bl=block: flops / event_median(
+                lambda t=twin, g=grid, bl=block: flops / torch_event_median(
                     lambda: t(g, bl, (ca, cb, cc, np.int32(n))), repeat), label)
     guarded(table, f"matmul fp32 {n}^2", "CuPy cp.matmul (cuBLAS)", "TFLOP/s",
-            lambda: flops / event_median(lambda: cp.matmul(ca, cb, out=cc), repeat))
+            lambda: flops / torch_event_median(lambda: cp.matmul(ca, cb, out=cc), repeat))
     ta, tb, tc = (torch.as_tensor(x, device="cuda") for x in (ca, cb, cc))
     guarded(table, f"matmul fp32 {n}^2", "PyTorch torch.matmul, TF32 off", "TFLOP/s",
             lambda: flops / torch_event_median(lambda: torch.matmul(ta, tb, out=tc), repeat))

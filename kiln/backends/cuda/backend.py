@@ -18,7 +18,7 @@ from ...ir.nodes import Program
 from . import interop, nvrtc
 from .dialect import CudaEmitter
 from .driver import Context, api, check, probe
-from .launch import Routine, load_module, raw_packer
+from .launch import Routine, load_module, raw_layout
 from .memory import Buffer, PinnedStaging
 
 if TYPE_CHECKING:
@@ -155,6 +155,11 @@ class CudaBackend(JITBackend):
                stream: StreamHandle) -> None:
         routine.launch(grid, block, args, stream.stream)
 
+    def launch_target(self, routine: Routine, grid: Dim3, block: Dim3, args: Sequence[Any],
+                      stream: StreamHandle) -> Callable[[Sequence[Any]], None]:
+        """The executor's fast path calls this with each launch's device arguments."""
+        return routine.target(grid, block, args, stream.stream)
+
     def prepare_launch(self, routine: Routine, grid: Dim3, block: Dim3, args: Sequence[Any],
                        stream: StreamHandle) -> Callable[[], None]:
         return routine.prepared(grid, block, args, stream.stream)
@@ -170,7 +175,7 @@ class CudaBackend(JITBackend):
         else:
             image = compile_cached(code, name, device.capabilities.arch,
                                    fastmath=bool(options.get("fastmath", False))).image
-        return Routine(context, load_module(context, image), name, packer=raw_packer)
+        return Routine(context, load_module(context, image), name, layout=raw_layout)
 
     # ---- graphs (kiln.graph)
     def begin_capture(self, stream: StreamHandle) -> None:

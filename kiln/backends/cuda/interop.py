@@ -36,6 +36,15 @@ def _view_class() -> Any:
     return StridedMemoryView
 
 
+def _view(value: Any, stream: int) -> Any:
+    """cuda-core's view of a DLPack or CUDA-array-interface object, ordered after the
+    producer's work for `stream`."""
+    cls = _view_class()
+    if hasattr(cls, "from_any_interface"):  # cuda-core >= 0.5
+        return cls.from_any_interface(value, stream_ptr=stream)
+    return cls(value, stream_ptr=stream)
+
+
 def _is_cuda_array(value: Any) -> bool:
     if hasattr(value, "__cuda_array_interface__"):
         return True
@@ -59,7 +68,7 @@ def adopt(value: Any) -> DeviceArray | None:
     if isinstance(value, DeviceArray) or not _is_cuda_array(value) or not probe().available:
         return None
     dev = _cuda_device(_device_ordinal(value))
-    view = _view_class()(value, stream_ptr=int(dev.default_stream.handle.stream))
+    view = _view(value, int(dev.default_stream.handle.stream))
     dtype = np.dtype(view.dtype)
     shape = tuple(int(s) for s in view.shape)
     if dtype not in SCALAR_BY_DTYPE:

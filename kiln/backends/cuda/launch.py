@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,6 +20,7 @@ from .driver import Context, api, check, error_name
 
 Dim3 = tuple[int, int, int]
 POINTER = "P"
+INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT
 
 
 def _align(offset: int, size: int) -> int:
@@ -53,9 +53,14 @@ def _scalar_code(value: Any) -> str:
     return {"l": "q", "L": "Q"}.get(dtype.char, dtype.char)  # "<l" packs 4 bytes, not 8
 
 
-def kiln_packer(args: Sequence[Any]) -> tuple[ParamBlock, Callable[[Sequence[Any]], None]]:
-    """A block and a packing function for kiln's ABI: arrays as pointer + i32 dimensions,
-    scalars by value (see `kiln.codegen.abi`)."""
+Layout = tuple[list[str], list[str]]
+"""Parameter codes (struct format characters) and the expressions that produce them from
+the launch arguments `a`."""
+
+
+def kiln_layout(args: Sequence[Any]) -> Layout:
+    """kiln's ABI: arrays as pointer + i32 dimensions, scalars by value
+    (see `kiln.codegen.abi`)."""
     codes, exprs = [], []
     for i, a in enumerate(args):
         if hasattr(a, "buffer"):  # a DeviceArray
@@ -67,70 +72,86 @@ def kiln_packer(args: Sequence[Any]) -> tuple[ParamBlock, Callable[[Sequence[Any
         else:
             codes.append(_scalar_code(a))
             exprs.append(f"a[{i}]")
-    return _packer(codes, exprs)
+    return codes, exprs
 
 
-def raw_packer(args: Sequence[Any]) -> tuple[ParamBlock, Callable[[Sequence[Any]], None]]:
+def raw_layout(args: Sequence[Any]) -> Layout:
     """Hand-written kernels: arrays as pointers, scalars by their NumPy type."""
     codes = [POINTER if hasattr(a, "buffer") else _scalar_code(a) for a in args]
     exprs = [f"a[{i}].buffer.ptr" if c == POINTER else f"a[{i}]" for i, c in enumerate(codes)]
-    return _packer(codes, exprs)
+    return codes, exprs
 
 
-def _packer(codes: list[str], exprs: list[str]) -> tuple[ParamBlock,
-                                                         Callable[[Sequence[Any]], None]]:
+def _generate(layout: Layout, body: str, scope: dict[str, Any]) -> tuple[ParamBlock, Any]:
+    """A parameter block and a function `f(a)` that packs into it, then runs `body`."""
+    codes, exprs = layout
     block = ParamBlock(codes)
-    source = f"def pack(a):\n    pack_into(data, 0, {', '.join(exprs)})\n" if exprs else \
-        "def pack(a):\n    pass\n"
-    scope: dict[str, Any] = {"pack_into": block.struct.pack_into, "data": block.data}
-    exec(compile(source, "<kiln cuda packer>", "exec"), scope)
-    return block, scope["pack"]
+    scope.update(pack_into=block.struct.pack_into, data=block.data, P=block.address)
+    pack = f"    pack_into(data, 0, {', '.join(exprs)})\n" if exprs else ""
+    source = f"def f(a):\n{pack}{body or '    pass'}\n"
+    exec(compile(source, "<kiln cuda launch>", "exec"), scope)
+    return block, scope["f"]
 
 
 class Routine:
     """A kernel loaded into one device's context, ready to launch."""
 
     def __init__(self, context: Context, module: Any, name: str,
-                 packer: Callable[[Sequence[Any]], tuple[ParamBlock, Any]] = kiln_packer,
+                 layout: Callable[[Sequence[Any]], Layout] = kiln_layout,
                  shared_bytes: int = 0) -> None:
         self.context = context
         self.module = module
         self.name = name
         self.function = check(api().cuModuleGetFunction(module, name.encode()),
                               f"cuModuleGetFunction({name})")
-        self._make_packer = packer
-        self._pack: Callable[[Sequence[Any]], None] | None = None
-        self._params = 0
+        self.layout = layout
         self.shared_bytes = shared_bytes
-        self._launch = api().cuLaunchKernel
+        self._pack: Callable[[Sequence[Any]], None] | None = None
 
     def launch(self, grid: Dim3, block: Dim3, args: Sequence[Any], stream: Any) -> None:
-        pack = self._pack
-        if pack is None:
-            param_block, pack = self._make_packer(args)
-            self._block, self._params, self._pack = param_block, param_block.address, pack
-        self.context.activate()
-        pack(args)
-        err, = self._launch(self.function, grid[0], grid[1], grid[2], block[0], block[1],
-                            block[2], self.shared_bytes, stream, self._params, 0)
+        """Pack (into this routine's block, laid out at the first launch) and launch."""
+        if self._pack is None:
+            self._block, self._pack = _generate(self.layout(args), "", {})
+        self._pack(args)
+        self.call(grid, block, self._block.address, stream)
+
+    def call(self, grid: Dim3, block: Dim3, params: int, stream: Any) -> None:
+        err, = api().cuLaunchKernel(self.function, *grid, *block, self.shared_bytes, stream,
+                                    params, 0)
+        if err == INVALID_CONTEXT:  # first launch from this thread: make the context current
+            self.context.activate()
+            err, = api().cuLaunchKernel(self.function, *grid, *block, self.shared_bytes,
+                                        stream, params, 0)
         if err:
             raise RuntimeError(f"cuLaunchKernel({self.name}) failed: {error_name(err)}")
+
+    def _scope(self, grid: Dim3, block: Dim3, stream: Any) -> tuple[dict[str, Any], str]:
+        """Names and body of a generated launch of this kernel with parameter block `P`."""
+        scope = {"launch": api().cuLaunchKernel, "F": self.function, "S": stream,
+                 "retry": self.call, "G": grid, "B": block}
+        dims = ", ".join(str(d) for d in (*grid, *block))
+        body = (f"    err, = launch(F, {dims}, {self.shared_bytes}, S, P, 0)\n"
+                "    if err:\n        retry(G, B, P, S)")
+        return scope, body
+
+    def target(self, grid: Dim3, block: Dim3, args: Sequence[Any],
+               stream: Any) -> Callable[[Sequence[Any]], None]:
+        """`f(args)`: pack and launch in one generated function, for arguments laid out like
+        `args` (the executor's fast path checks that they are)."""
+        scope, body = self._scope(grid, block, stream)
+        param_block, run = _generate(self.layout(args), body, scope)
+        scope["keep"] = param_block  # alive as long as the function
+        return run
 
     def prepared(self, grid: Dim3, block: Dim3, args: Sequence[Any],
                  stream: Any) -> Callable[[], None]:
         """A launch with its own parameter block, packed once (see kernel.prepare)."""
-        param_block, pack = self._make_packer(args)
+        param_block, pack = _generate(self.layout(args), "", {})
         pack(args)
-        call = functools.partial(self._launch, self.function, *grid, *block, self.shared_bytes,
-                                 stream, param_block.address, 0)
-        keep = (param_block, tuple(args), self)  # the block and arrays outlive the closure
-
-        def launch() -> None:
-            err, = call()
-            if err:
-                raise RuntimeError(f"cuLaunchKernel({keep[2].name}) failed: {error_name(err)}")
-
-        return launch
+        scope, body = self._scope(grid, block, stream)
+        scope.update(P=param_block.address, keep=(param_block, tuple(args)))
+        exec(compile(f"def f():\n{body}\n", "<kiln cuda prepared launch>", "exec"), scope)
+        return scope["f"]
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter shutdown the driver may be gone
