@@ -164,8 +164,13 @@ def test_check_runs_the_conformance_suite(capsys) -> None:
 
 
 def test_check_unknown_backend(capsys) -> None:
-    code, out, err = run(capsys, "check", "warp-drive")
-    assert code == 2
+    code, out, _ = run(capsys, "check", "warp-drive")
+    assert code == 2 and "warp-drive" in out
+
+
+def test_bench_unknown_backend(capsys) -> None:
+    code, _, err = run(capsys, "bench", "--backend", "warp-drive")
+    assert code == 2 and "no backend named 'warp-drive'" in err
 
 
 def test_cache_info_and_clear(capsys, tmp_path: Path, monkeypatch) -> None:
