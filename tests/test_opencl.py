@@ -115,7 +115,7 @@ def test_devices_rank_by_kind(dev):
     assert dev.priority == expected.get(caps.kind, 60)
     if caps.kind is kiln.DeviceKind.CPU:
         assert caps.unified_memory  # PoCL's CPU device shares host memory: zero-copy
-    assert {"i32", "f32", "atomic_add:f32"} <= caps.atomics
+    assert {"atomic_add:f32", "atomic_min:f32", "atomic_cas:u32"} <= caps.atomics
 
 
 def test_imports_without_pyopencl():

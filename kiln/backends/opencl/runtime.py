@@ -16,7 +16,8 @@ import numpy as np
 
 from ...framework.backend import Capabilities, DeviceKind
 from ...framework.cache import CompileCache
-from ...framework.intrinsics import ATOMIC_TYPES
+from ...framework.intrinsics import atomic_capabilities
+from ...ir.types import f32, f64, i32, i64, u32, u64
 
 if TYPE_CHECKING:
     import pyopencl as cl
@@ -107,17 +108,15 @@ def _warp_size(handle: CLDevice) -> int:
 
 
 def atomics_of(handle: CLDevice) -> frozenset[str]:
-    """`"<atomic>:<type>"` entries and type names: 32-bit types always (float ones through
-    compare-and-swap), i64/u64 with both cl_khr_int64 atomics extensions, f64 (add, through
-    compare-and-swap) with the base one and fp64."""
-    types = {"i32", "u32", "f32"}
+    """32-bit types always (float ones through compare-and-swap), i64/u64 with both
+    cl_khr_int64 atomics extensions, f64 (add, through compare-and-swap) with the base one
+    and fp64."""
+    types = {i32, u32, f32}
     if handle.int64_atomics and handle.int64_extended_atomics:
-        types |= {"i64", "u64"}
+        types |= {i64, u64}
     if handle.int64_atomics and handle.fp64:
-        types.add("f64")
-    pairs = {f"{op}:{t.name}" for op, allowed in ATOMIC_TYPES.items() for t in allowed
-             if t.name in types}
-    return frozenset(pairs | types)
+        types.add(f64)
+    return atomic_capabilities(frozenset(types))
 
 
 def capabilities(handle: CLDevice) -> Capabilities:
