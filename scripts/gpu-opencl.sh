@@ -3,8 +3,9 @@
 #
 # Registers NVIDIA's OpenCL driver (present there, but with no ICD file), installs pyopencl
 # (and PoCL, PyPI's pocl-binary-distribution) from carried wheels, runs `kiln check` on every
-# OpenCL device, then benchmarks NVIDIA OpenCL against the cuda backend. The summary goes to
-# $OUT/gpu-opencl-output.md (committed as benchmarks/gpu-opencl-output.md).
+# OpenCL device and tests/test_opencl.py on the GPU, then benchmarks NVIDIA OpenCL against the
+# cuda backend. The summary goes to $OUT/gpu-opencl-output.md (committed as
+# benchmarks/gpu-opencl-output.md).
 #
 # Wheels (made on the development machine, for the device's Python 3.12):
 #   .whl-opencl/  pyopencl, pytools, siphash24, platformdirs   (about 1 MiB)
@@ -64,6 +65,16 @@ for dev in $(opencl_devices); do
         echo '```'
     } >> "$summary"
 done
+
+"$PY" -m pytest -q -p no:cacheprovider tests/test_opencl.py > "$OUT/pytest-opencl.log" 2>&1 \
+    || status=1
+{
+    echo
+    echo "## pytest tests/test_opencl.py (on the best OpenCL device, the GPU)"
+    echo '```'
+    grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest-opencl.log" | tail -15
+    echo '```'
+} >> "$summary"
 
 gpus=$(opencl_devices GPU)
 has_cuda=$("$PY" -c "import kiln; print(any(e.name == 'cuda' and e.available
