@@ -173,6 +173,21 @@ def test_bool_argument(dev):
         np.testing.assert_array_equal(dst, src if flag else 0)
 
 
+def test_repeated_and_prepared_launches(dev):
+    n = 256
+    a = kiln.to_device(np.ones(n, np.float32), dev)
+    c1, c2 = kiln.empty(n, f32, dev), kiln.empty(n, f32, dev)
+    for out in (c1, c2, c1):  # arguments change between launches, or not
+        vector_add[1, n](a, a, out, n)
+    np.testing.assert_array_equal(c2.numpy(), 2)
+    again = vector_add.prepare(1, n, c1, a, c2, n)
+    again()
+    np.testing.assert_array_equal(c2.numpy(), 3)
+    a.copy_from_host(np.zeros(n, np.float32))
+    again()  # the same arguments, new contents
+    np.testing.assert_array_equal(c2.numpy(), 2)
+
+
 def test_events_time_the_queue(dev):
     n = 1 << 20
     a = kiln.to_device(np.ones(n, np.float32), dev)

@@ -7,8 +7,9 @@ is then unavailable and says why.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -89,11 +90,30 @@ class OpenCLBackend(JITBackend):
 
     def launch(self, routine: Built, grid: Dim3, block: Dim3, args: Sequence[Any],
                stream: Any) -> None:
+        routine.set_args(flatten(args))
+        runtime.import_pyopencl().enqueue_nd_range_kernel(
+            stream, routine.kernel, global_size(grid, block), block)
+
+    def launch_target(self, routine: Built, grid: Dim3, block: Dim3, args: Sequence[Any],
+                      stream: Any) -> Callable[[Sequence[Any]], None]:
+        """The executor's fast path: sizes computed once, arguments set at each call."""
+        kernel, size = routine.kernel, global_size(grid, block)
+        enqueue = runtime.import_pyopencl().enqueue_nd_range_kernel
+
+        def target(device_args: Sequence[Any]) -> None:
+            routine.set_args(flatten(device_args))
+            enqueue(stream, kernel, size, block)
+
+        return target
+
+    def prepare_launch(self, routine: Built, grid: Dim3, block: Dim3, args: Sequence[Any],
+                       stream: Any) -> Callable[[], None]:
+        """`kernel.prepare(...)`: a kernel object of its own with its arguments set once."""
         cl = runtime.import_pyopencl()
-        kernel = routine.kernel
+        kernel = cl.Kernel(routine.program, routine.kernel.function_name)
         kernel.set_args(*flatten(args))
-        global_size = tuple(g * b for g, b in zip(grid, block))
-        cl.enqueue_nd_range_kernel(stream, kernel, global_size, block)
+        return functools.partial(cl.enqueue_nd_range_kernel, stream, kernel,
+                                 global_size(grid, block), block)
 
     # ------------------------------------------------------------ memory
 
@@ -134,6 +154,11 @@ class OpenCLBackend(JITBackend):
 
     def elapsed_ms(self, start: runtime.CLEvent, end: runtime.CLEvent) -> float:
         return runtime.elapsed_ms(start, end)
+
+
+def global_size(grid: Dim3, block: Dim3) -> Dim3:
+    """OpenCL's NDRange counts work-items, not work-groups."""
+    return (grid[0] * block[0], grid[1] * block[1], grid[2] * block[2])
 
 
 def flatten(args: Sequence[Any]) -> list[Any]:

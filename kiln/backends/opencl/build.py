@@ -9,7 +9,7 @@ key. A build log's first error is mapped back to the user's Python line (the emi
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...codegen.diagnostics import compile_error
@@ -43,6 +43,16 @@ class Built:
 
     program: cl.Program
     kernel: cl.Kernel
+    _args: list[Any] = field(default_factory=list)
+
+    def set_args(self, values: list[Any]) -> None:
+        """Set the kernel's arguments, skipping those equal to the last launch's (setting
+        one through pyopencl costs microseconds; the driver keeps them between launches)."""
+        last = self._args
+        for i, value in enumerate(values):
+            if i >= len(last) or not (type(value) is type(last[i]) and value == last[i]):
+                self.kernel.set_arg(i, value)
+        self._args = values
 
 
 def build(handle: CLDevice, source: str, options: dict[str, Any], label: str) -> Built:
