@@ -183,8 +183,14 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
     b = bind_launch(kernel, grid, block, adopt_foreign(args), device, stream)
     b.call(b.routine, b.grid, b.block, b.device_args, b.stream.handle)
     if b.args is args and not b.copy_back:
-        remember(kernel, (grid, block, device, stream), args, b.arg_types, b.device, b.call,
-                 (b.routine, b.grid, b.block), (b.stream.handle,))
+        key = (grid, block, device, stream)
+        target = getattr(b.device.backend, "launch_target", None)
+        if target is not None:  # the backend's own fast launch; it packs Python numbers
+            call = target(b.routine, b.grid, b.block, b.device_args, b.stream.handle)
+            remember(kernel, key, args, b.arg_types, b.device, call, (), (), convert=False)
+        else:
+            remember(kernel, key, args, b.arg_types, b.device, b.call,
+                     (b.routine, b.grid, b.block), (b.stream.handle,))
     for host, dev_array in b.copy_back:
         if dev_array._host is host:  # zero-copy: the launch writes host memory; wait for it
             b.stream.synchronize()

@@ -42,17 +42,20 @@ def try_plan(kernel: Kernel, grid: Any, block: Any, device: Any, stream: Any,
 
 def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
              arg_types: tuple[Type, ...], dev: Device, call: Callable[..., None],
-             before: tuple[Any, ...], after: tuple[Any, ...]) -> None:
+             before: tuple[Any, ...], after: tuple[Any, ...], convert: bool = True) -> None:
     """Compile and store the plan for a launch that just passed the full checks.
 
-    The plan calls `call(*before, device_args, *after)` (the backend's launch). Launches
-    with NumPy or foreign arrays (which need copies or adoption) get no plan.
+    The plan calls `call(*before, device_args, *after)` (the backend's launch). Scalars are
+    converted to their parameters' NumPy types unless `convert` is false (a backend launch
+    target that packs checked Python numbers itself). Launches with NumPy or foreign arrays
+    (which need copies or adoption) get no plan.
     """
     try:
         hash(key)
     except TypeError:
         return
     checks, outs = [], []
+    names = ", ".join(f"a{i}" for i in range(len(args)))
     scope: dict[str, Any] = {"DA": DeviceArray, "DEV": dev, "call": call}
     scope.update({f"B{j}": v for j, v in enumerate(before)})
     scope.update({f"A{j}": v for j, v in enumerate(after)})
@@ -75,16 +78,16 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
                 lo, hi = t.range()
                 checks.append(f"{lo} <= {a} <= {hi}")
             scope[f"C{i}"] = t.dtype.type
-            outs.append(f"C{i}({a})")
+            outs.append(f"C{i}({a})" if convert else a)
         else:
             return
-    names = ", ".join(f"a{i}" for i in range(len(args)))
     source = (
         "def plan(a):\n"
         f"    if len(a) != {len(args)}:\n        return False\n"
         + (f"    {names}, = a\n" if args else "")
         + (f"    if not ({' and '.join(checks)}):\n        return False\n" if checks else "")
-        + f"    call({''.join(f'B{j}, ' for j in range(len(before)))}[{', '.join(outs)}]"
+        + f"    call({''.join(f'B{j}, ' for j in range(len(before)))}"
+        + ("a" if outs == names.split(", ") and not convert else f"[{', '.join(outs)}]")
         + f"{''.join(f', A{j}' for j in range(len(after)))})\n    return True\n"
     )
     exec(compile(source, f"<kiln launch plan {kernel.name}>", "exec"), scope)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Sequence
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from ..runtime.device import Device, Stream
 
 F = TypeVar("F", bound=Callable[..., Any])
+MAX_LAUNCHERS = 64
+"""Launchers kept per kernel (one per grid/block/stream configuration)."""
 
 
 def _user_facing(method: F) -> F:
@@ -67,6 +70,7 @@ class Kernel(_Compilable):
         super().__init__(pyfunc, options)
         self.specializations: dict[Any, Specialization] = {}
         self.launch_plans: dict[Any, Callable[..., bool]] = {}  # see framework.fastpath
+        self._launchers: dict[Any, Launcher] = {}
         self._programs: dict[tuple[Type, ...], Program] = {}
 
     def __repr__(self) -> str:
@@ -76,9 +80,20 @@ class Kernel(_Compilable):
         raise TypeError(f"launch a kernel with {self.name}[grid, block](...) or kiln.launch(...)")
 
     def __getitem__(self, config: tuple[Any, ...]) -> Launcher:
+        try:  # launchers are kept per configuration: each remembers its fast-path plan
+            launcher = self._launchers.get(config)
+        except TypeError:  # an unhashable grid or block (a list)
+            launcher = None
+        if launcher is not None:
+            return launcher
         if not isinstance(config, tuple) or not 2 <= len(config) <= 3:
             raise TypeError(f"write {self.name}[grid, block] or {self.name}[grid, block, stream]")
-        return Launcher(self, *config)
+        launcher = Launcher(self, *config)
+        with contextlib.suppress(TypeError):
+            if len(self._launchers) >= MAX_LAUNCHERS:
+                self._launchers.clear()
+            self._launchers[config] = launcher
+        return launcher
 
     def program(self, arg_types: tuple[Type, ...]) -> Program:
         """The typed IR for one argument-type signature (cached)."""
@@ -137,19 +152,19 @@ class Kernel(_Compilable):
 class Launcher:
     """`kernel[grid, block]` or `kernel[grid, block, stream]`, ready to be called."""
 
-    __slots__ = ("kernel", "grid", "block", "stream")
+    __slots__ = ("kernel", "grid", "block", "stream", "plan")
 
     def __init__(self, kernel: Kernel, grid: Any, block: Any, stream: Stream | None = None):
         self.kernel, self.grid, self.block, self.stream = kernel, grid, block, stream
+        self.plan: Callable[..., bool] | None = None
 
-    @_user_facing
     def __call__(self, *args: Any) -> None:
-        try:  # the fast path: a plan remembered for this configuration (framework.fastpath)
-            plan = self.kernel.launch_plans.get((self.grid, self.block, None, self.stream))
-        except TypeError:  # an unhashable grid or block (a list)
-            plan = None
+        plan = self.plan  # the fast path (framework.fastpath); it declines what it cannot run
         if plan is None or not plan(args):
             launch(self.kernel, self.grid, self.block, args, stream=self.stream)
+            with contextlib.suppress(TypeError):  # an unhashable grid or block: no plan
+                self.plan = self.kernel.launch_plans.get(
+                    (self.grid, self.block, None, self.stream))
 
 
 @_user_facing
