@@ -44,3 +44,19 @@ def test_torch_tensors_in_and_out() -> None:
     np.testing.assert_array_equal(k.numpy(), np.arange(6).reshape(2, 3) + 1)
     t2 = torch.as_tensor(k, device="cuda")  # __cuda_array_interface__
     assert t2.data_ptr() == k.buffer.ptr
+
+
+@kiln.kernel
+def copy_scaled(src: f32[:, :], dst: f32[:, :], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        dst[i // src.shape[1], i % src.shape[1]] = src[i // src.shape[1], i % src.shape[1]] * 3
+
+
+def test_jax_arrays_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    jnp = pytest.importorskip("jax.numpy")
+    x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)  # JAX arrays are read-only: read it
+    out = kiln.zeros((3, 4), f32, "cuda")
+    copy_scaled[1, 64](x, out, 12)
+    np.testing.assert_array_equal(out.numpy(), np.arange(12).reshape(3, 4) * 3)
