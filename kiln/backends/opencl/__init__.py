@@ -96,12 +96,15 @@ class OpenCLBackend(JITBackend):
 
     def launch_target(self, routine: Built, grid: Dim3, block: Dim3, args: Sequence[Any],
                       stream: Any) -> Callable[[Sequence[Any]], None]:
-        """The executor's fast path: sizes computed once, arguments set at each call."""
+        """The executor's fast path: sizes computed once, arguments set at each call (scalars
+        arrive as Python numbers and take the NumPy types of this first launch's)."""
         kernel, size = routine.kernel, global_size(grid, block)
         enqueue = runtime.import_pyopencl().enqueue_nd_range_kernel
+        scalar_types = [type(a) if isinstance(a, np.generic) else None for a in args]
 
         def target(device_args: Sequence[Any]) -> None:
-            routine.set_args(flatten(device_args))
+            values = [a if t is None else t(a) for t, a in zip(scalar_types, device_args)]
+            routine.set_args(flatten(values))
             enqueue(stream, kernel, size, block)
 
         return target

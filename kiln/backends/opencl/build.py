@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 STANDARD = "-cl-std=CL1.2"
 FAST_MATH = "-cl-fast-relaxed-math"
+CORRECT_DIVISION = "-cl-fp32-correctly-rounded-divide-sqrt"
+"""f32 `/` and `sqrt` correctly rounded, as in C, CUDA and NumPy (OpenCL allows 2.5 ulp and
+NVIDIA's driver uses that: `3.0 / 3.0` could floor to 0); where the device supports it."""
 
 _POCL_DIAGNOSTIC = re.compile(r"^error: (.+?:\d+:\d+): ", re.MULTILINE)
 """PoCL writes `error: FILE:LINE:COL: message`; clang and NVIDIA `FILE:LINE:COL: error: ...`."""
@@ -32,6 +35,8 @@ def build_env(handle: CLDevice, options: dict[str, Any]) -> BuildEnv:
     flags = [STANDARD]
     if options.get("fastmath"):
         flags.append(FAST_MATH)
+    elif handle.correct_division:
+        flags.append(CORRECT_DIVISION)
     platform = handle.platform
     return BuildEnv("opencl", (platform.name.strip(),), platform.version.strip(), tuple(flags),
                     extra=(("device", handle.identity),))

@@ -36,6 +36,7 @@ from ...ir.types import (
     u64,
 )
 from ...ir.visit import walk
+from .warps import SUBGROUP_EXTENSIONS
 
 NAMESPACE = "opencl"
 
@@ -131,6 +132,7 @@ class OpenCLEmitter(CEmitter):
     """OpenCL C 1.2."""
 
     namespaces = (NAMESPACE, "c")
+    native_language = "opencl"
     type_names: ClassVar[dict[ScalarType, str]] = {
         bool_: "bool", i8: "char", i16: "short", i32: "int", i64: "long",
         u8: "uchar", u16: "ushort", u32: "uint", u64: "ulong",
@@ -175,6 +177,8 @@ def extensions_used(program: ir.Program) -> list[str]:
             if (isinstance(node, ir.IntrinsicCall) and intrinsics[node.name].category == "atomic"
                     and _elem(node.args[0].type).bits == 64):
                 needed |= {"cl_khr_int64_base_atomics", "cl_khr_int64_extended_atomics"}
+            if isinstance(node, ir.IntrinsicCall) and intrinsics[node.name].category == "warp":
+                needed |= set(SUBGROUP_EXTENSIONS)
         for t in types:
             elem = _elem(t)
             if elem == f64:
@@ -182,7 +186,7 @@ def extensions_used(program: ir.Program) -> list[str]:
             elif elem == f16:
                 needed.add("cl_khr_fp16")
     order = ("cl_khr_fp64", "cl_khr_fp16", "cl_khr_int64_base_atomics",
-             "cl_khr_int64_extended_atomics")
+             "cl_khr_int64_extended_atomics", *SUBGROUP_EXTENSIONS)
     return [ext for ext in order if ext in needed]
 
 

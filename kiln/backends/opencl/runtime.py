@@ -18,6 +18,7 @@ from ...framework.backend import Capabilities, DeviceKind
 from ...framework.cache import CompileCache
 from ...framework.intrinsics import atomic_capabilities
 from ...ir.types import f32, f64, i32, i64, u32, u64
+from .warps import SUBGROUP_EXTENSIONS
 
 if TYPE_CHECKING:
     import pyopencl as cl
@@ -48,6 +49,12 @@ class CLDevice:
     @property
     def fp64(self) -> bool:
         return "cl_khr_fp64" in self.extensions or bool(self.device.double_fp_config)
+
+    @property
+    def correct_division(self) -> bool:
+        """Whether f32 division and sqrt can be correctly rounded (a build option)."""
+        flag = import_pyopencl().device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
+        return bool(self.device.single_fp_config & flag)
 
     @property
     def int64_atomics(self) -> bool:
@@ -98,7 +105,11 @@ def device_kind(handle: CLDevice) -> DeviceKind:
 
 
 def _warp_size(handle: CLDevice) -> int:
-    """The SIMD width where the vendor reports it; 1 where it is not defined."""
+    """The subgroup size kernels see: the vendor's SIMD width on devices with the subgroup
+    extensions warp operations need (`warps.SUBGROUP_EXTENSIONS`); 1 elsewhere, where each
+    work-item is its own subgroup."""
+    if not all(ext in handle.extensions for ext in SUBGROUP_EXTENSIONS):
+        return 1
     d = handle.device
     if "cl_nv_device_attribute_query" in handle.extensions:
         return int(d.warp_size_nv)
