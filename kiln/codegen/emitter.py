@@ -17,6 +17,7 @@ from the one the C compiler would assume, so compiler errors name the user's fil
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -44,6 +45,7 @@ from ..ir.types import (
 )
 from ..ir.visit import walk
 from ..lang.errors import UnsupportedError
+from ..lang.native import PLACEHOLDER, native_code
 from .abi import function_abi
 from .helpers import C_HELPERS, HelperTemplate
 from .names import RESERVED, NameTable
@@ -131,6 +133,8 @@ class CEmitter:
     named `kiln_<intrinsic>` (cpu); the dialect spells those intrinsics by those names."""
     helpers: ClassVar[dict[str, HelperTemplate]] = C_HELPERS
     indent_unit: ClassVar[str] = "    "
+    native_language: ClassVar[str] = "c"
+    """The `kiln.native(...)` keyword whose code this dialect inserts (cuda, opencl, c)."""
     _handlers: ClassVar[dict[type, list[tuple[Predicate, Handler]]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -417,6 +421,19 @@ class CEmitter:
     def stmt_Continue(self, s: ir.Continue) -> None:  # noqa: N802
         self.line("continue;", s.loc)
 
+    def stmt_Native(self, s: ir.Native) -> None:  # noqa: N802
+        """Hand-written code, `{name}` replaced by the variable's C name, line by line."""
+        code = native_code(s, self.native_language, f"the {self.namespaces[0]} backend")
+        assert isinstance(code, str)
+        variables = dict(zip(s.names, s.vars))
+
+        def name(match: re.Match[str]) -> str:
+            var = variables.get(match.group(1))
+            return match.group(0) if var is None else self.var(var.name)
+
+        for i, text in enumerate(PLACEHOLDER.sub(name, code).strip("\n").split("\n")):
+            self.line(text, s.loc if i == 0 else None)
+
     def stmt_Return(self, s: ir.Return) -> None:  # noqa: N802
         value = "" if s.value is None else " " + self.expr(s.value).text
         self.line(f"return{value};", s.loc)
@@ -487,6 +504,10 @@ class CEmitter:
             inner = ir.BinOp(f32, e.op, ir.Cast(f32, e.left), ir.Cast(f32, e.right))
             return self.cast(self.expr(inner), f16)
         left, right = self.expr(e.left), self.expr(e.right)
+        if t is f16 and e.op in ("+", "-", "*", "/"):
+            # every f16 operation rounds to f16 (IEEE half arithmetic, as NumPy computes it),
+            # also where the C compiler would keep the value in float (excess precision)
+            return self.cast(self.binary(e.op, left, right), f16)
         if e.op in ("//", "%"):
             return self.floor_op(e.op, left, right, e.right, t)
         if e.op == "**":
@@ -519,6 +540,8 @@ class CEmitter:
         text = inner.wrap(UNARY)
         if op in "-+" and text.startswith(op):
             text = f"({text})"
+        if e.type is f16:  # stays f16 where the dialect's half converts to float (CUDA)
+            return self.cast(CExpr(f"{op}{text}", UNARY), f16)
         return CExpr(f"{op}{text}", UNARY)
 
     def expr_Compare(self, e: ir.Compare) -> CExpr:  # noqa: N802

@@ -21,6 +21,7 @@ from ..ir.types import (
     ScalarType,
     Type,
     bool_,
+    f16,
     f32,
     f64,
     i32,
@@ -29,6 +30,7 @@ from ..ir.types import (
     u32,
     u64,
     void,
+    widen_for_arithmetic,
 )
 
 
@@ -57,6 +59,10 @@ class Intrinsic:
     variance: Variance | None  # None: the join of the arguments' variances
     convergent: bool = False
     side_effects: bool = False
+    warp_convergent: bool = False
+    """Reached by every thread of a warp together (warp operations exchange values between
+    the warp's threads); the convergence check treats it like `convergent`, but it is no
+    barrier: backends do not synchronise the block for it."""
 
 
 class IntrinsicRegistry:
@@ -235,6 +241,30 @@ intrinsics.register(Intrinsic("min", "math", (2, 2), _same_numeric, None))
 intrinsics.register(Intrinsic("max", "math", (2, 2), _same_numeric, None))
 intrinsics.register(Intrinsic("isnan", "math", (1, 1), _predicate, None))
 intrinsics.register(Intrinsic("isinf", "math", (1, 1), _predicate, None))
+
+
+def _warp_value(args: Sequence[Type]) -> tuple[list[Type], Type]:
+    """shuffle, shuffle_down, shuffle_xor: (value, lane or offset); narrow integers and bool
+    travel as i32 and f16 as f32 (what every backend can exchange)."""
+    value, lane = args
+    if not isinstance(value, ScalarType):
+        raise IntrinsicTypeError(f"warp shuffles exchange numbers, got {value}")
+    if not (isinstance(lane, ScalarType) and (lane.is_int or lane.is_bool)):
+        raise IntrinsicTypeError(f"the lane or offset of a shuffle must be an integer, got {lane}")
+    t = f32 if value == f16 else widen_for_arithmetic(value)
+    return [t, i32], t
+
+
+WARP_SHUFFLES = ("shuffle", "shuffle_down", "shuffle_xor")
+WARP_VOTES = ("vote_all", "vote_any", "ballot")
+intrinsics.register(Intrinsic("warp_size", "warp", (0, 0), _fixed(i32), Variance.UNIFORM))
+intrinsics.register(Intrinsic("lane_id", "warp", (0, 0), _fixed(i32), Variance.THREAD))
+for _name in WARP_SHUFFLES:
+    intrinsics.register(Intrinsic(_name, "warp", (2, 2), _warp_value, Variance.THREAD,
+                                  warp_convergent=True))
+for _name, _result in zip(WARP_VOTES, (bool_, bool_, u64)):
+    intrinsics.register(Intrinsic(_name, "warp", (1, 1), _fixed(_result, bool_), Variance.THREAD,
+                                  warp_convergent=True))
 
 INDEX_BASES = ("thread_idx", "block_idx", "block_dim", "grid_dim")
 FLOAT_TYPES = (f32, f64)

@@ -206,6 +206,21 @@ class Return(Stmt):
     value: Expr | None = None
 
 
+@dataclass(eq=False)
+class Native(Stmt):
+    """`kiln.native(cuda="...", c="...", python=fn)`: hand-written code, per language.
+
+    `code` maps a language ("c", "cuda", "opencl", "python", or a plugin's) to source text,
+    in which `{name}` stands for `vars[names.index(name)]`, or (for "python") to a callable
+    whose parameters are names. `vars` are every variable the code mentions; passes treat
+    each as read and written by the statement (renaming a Var keeps its `names` entry).
+    """
+
+    code: dict[str, object]
+    names: list[str]
+    vars: list[Var]
+
+
 # ---------------------------------------------------------------- functions
 
 

@@ -38,15 +38,20 @@ global_size = KernelOnly("global_size")
 static_range = KernelOnly("static_range")
 unroll = KernelOnly("unroll")
 shared = KernelOnly("shared")
+native = KernelOnly("native")
 local = KernelOnly("local")
 
 _INTRINSIC_OBJECTS: dict[str, KernelOnly] = {
     name: KernelOnly(name, name)
     for name in intrinsics.names()
-    if intrinsics[name].category in ("sync", "atomic", "math")
+    if intrinsics[name].category in ("sync", "atomic", "math", "warp")
 }
 barrier = _INTRINSIC_OBJECTS["barrier"]
 mem_fence = _INTRINSIC_OBJECTS["mem_fence"]
+
+
+VALUE_INTRINSICS = frozenset(n for n in intrinsics.names("warp") if intrinsics[n].arity == (0, 0))
+"""Intrinsics read as values, without a call: `kiln.warp_size`, `kiln.lane_id`."""
 
 
 def intrinsic_object(name: str) -> KernelOnly:

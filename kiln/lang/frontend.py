@@ -42,6 +42,7 @@ from .errors import (
     UnknownNameError,
     UnsupportedError,
 )
+from .native import build_native
 from .resolve import StaticResolver, annotation_type
 from .source import ParsedFunction, parse_function
 from .typing_rules import can_store, comparison_type, operand_type, unify
@@ -218,6 +219,10 @@ class FunctionBuilder:
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return []  # a string used as a comment
         if isinstance(node.value, ast.Call):
+            if not self.is_local(node.value.func) and isinstance(
+                    node.value.func, (ast.Name, ast.Attribute)) and \
+                    self.resolver.try_resolve(node.value.func) is kb.native:
+                return [build_native(self, node.value)]
             expr = self.call(node.value, statement=True)
             return [ir.ExprStmt(expr, loc=self.loc(node))] if expr is not None else []
         self.expr(node.value)  # checked, then dropped: it has no effect
@@ -693,6 +698,8 @@ class FunctionBuilder:
     def value_expr(self, value: Any, node: ast.AST) -> ir.Expr:
         if isinstance(value, (bool, int, float, np.generic)):
             return self.literal(value, node)
+        if isinstance(value, kb.KernelOnly) and value.intrinsic in kb.VALUE_INTRINSICS:
+            return self.intrinsic_from_exprs(value.intrinsic, [], node)
         raise UnsupportedError(f"{_describe(value)} cannot be used as a value in kernels",
                                self.loc(node))
 
@@ -906,6 +913,9 @@ class FunctionBuilder:
             raise UnsupportedError("range() can only be used in a for loop", loc)
         if fn in (kb.global_id, kb.global_size):
             return self.global_index(fn, node)
+        if fn is kb.native:
+            raise UnsupportedError("kiln.native(...) is a statement of its own; it has no "
+                                   "value (let the code assign a variable: {y} = ...)", loc)
         if fn in (kb.shared, kb.local):
             raise UnsupportedError(f"kiln.{fn.name}(...) must be assigned to a name: "
                                    f"s = kiln.{fn.name}(f32, 256)", loc)

@@ -20,6 +20,7 @@ from ...framework.buildenv import BuildEnv, ToolNotFoundError
 from ...framework.cache import CacheEntry, CompileCache, cache_key
 from ...framework.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
+from ...ir.passes import Pass, pipeline_for
 from ...runtime.host import HostMemoryMixin, HostStream
 from .emitter import BLOCK_DIMS, SLOT, CpuEmitter
 from .toolchain import OPTION_FLAGS, compile_command, toolchain
@@ -128,6 +129,11 @@ class CpuBackend(HostMemoryMixin, JITBackend):
             atomics=atomic_capabilities(), unified_memory=True, arch=tc.arch,
         )
         return [(threads, caps)]
+
+    def pipeline(self, device: Any) -> Sequence[Pass]:
+        """The shared pipeline: the device feature check (f16 needs gcc's _Float16) and
+        warp operations lowered for one-thread warps."""
+        return pipeline_for(device)
 
     def build_identity(self, device: Any) -> str:
         return toolchain().env.identity + (device.capabilities.arch if device else "")

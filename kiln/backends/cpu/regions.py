@@ -144,6 +144,8 @@ def _names(node: ir.Stmt | ir.Expr | list[ir.Stmt]) -> tuple[set[str], set[str]]
         elif isinstance(n, ir.For):
             writes.add(n.var)
             reads.add(n.var)
+        elif isinstance(n, ir.Native):  # hand-written code may write what it mentions
+            writes |= {v.name for v in n.vars}
     return reads, writes
 
 
@@ -284,6 +286,9 @@ def _rematerialisable(kernel: ir.Function, items: list[Item], inputs: set[str],
             counts[n.target] = counts.get(n.target, 0) + 1
         elif isinstance(n, ir.For):
             counts[n.var] = counts.get(n.var, 2) + 2
+        elif isinstance(n, ir.Native):
+            for v in n.vars:
+                counts[v.name] = counts.get(v.name, 0) + 2
     out: dict[str, ir.Assign] = {}
     for s in items[0].body:
         if (not isinstance(s, ir.Assign) or counts.get(s.target) != 1

@@ -17,6 +17,7 @@ from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
 from ...ir.types import ArrayType, ScalarType, f16, i64, u64
 from ...ir.visit import walk
+from . import warps  # noqa: F401 - registers the warp operations' spellings
 
 PROLOGUE = """\
 typedef signed char int8_t;
@@ -65,6 +66,7 @@ class CudaEmitter(CEmitter):
     """CUDA C++ for NVRTC: `extern "C" __global__` kernels, `__shared__`, `__syncthreads`."""
 
     namespaces = ("cuda", "c")
+    native_language = "cuda"
     type_names: ClassVar[dict[ScalarType, str]] = {**CEmitter.type_names, f16: "kiln_half"}
     kernel_qualifier = 'extern "C" __global__'
     function_qualifier = "static __device__"

@@ -26,6 +26,7 @@ from ...ir.passes import Pass, pipeline_for
 from ...runtime.host import HostMemoryMixin, HostStream
 from . import intrinsics as _intrinsics  # noqa: F401 - registers the implementations
 from .executor import ProgramCode
+from .warps import WARP_SIZE
 
 if TYPE_CHECKING:
     from ...runtime.device import Device
@@ -62,7 +63,7 @@ class InterpBackend(HostMemoryMixin, DirectBackend):
             shared_memory_per_block=48 * 1024,
             compute_units=1,
             global_memory=_host_memory(),
-            warp_size=1,
+            warp_size=WARP_SIZE,
             fp64=True,
             fp16=True,
             atomics=atomic_capabilities(),

@@ -24,6 +24,7 @@ from ...lang.errors import UnsupportedError
 from . import ops
 from .geometry import Chunk, Launch
 from .memory import ArrayRef, address, gather, scatter, slice_view
+from .native import native_statement
 from .values import (
     Mask,
     Value,
@@ -299,6 +300,9 @@ class FunctionCode:
 
         return run
 
+    def _stmt_Native(self, s: ir.Native) -> StmtFn:
+        return native_statement(self, s)
+
     def _stmt_Break(self, s: ir.Break) -> StmtFn:
         return self._exit(0)
 
@@ -455,6 +459,8 @@ class FunctionCode:
         if spec.category in ("index", "sync"):
             return lambda f, m: impl(f.chunk)
         args = [self.expr(a) for a in e.args]
+        if spec.category == "warp":  # every lane's operands: a warp reads its other lanes
+            return lambda f, m: impl(f.chunk, *[materialise(a(f, m)) for a in args])
         dtype = _scalar_type(e.type, e).dtype
 
         def ev(f: Frame, m: Mask) -> Value:

@@ -3,6 +3,7 @@
 Calling conventions (by the intrinsic's category), which the executor follows:
 - "index" and "sync": `impl(chunk)`, with the `Chunk` being run;
 - "atomic": `impl(flat, index, *values, old=bool)` (see `atomics`);
+- "warp": `impl(chunk, *args)`, each argument holding every lane's value (see `warps`);
 - anything else ("math", and plugin categories): `impl(*args)`, element-wise on NumPy
   arrays and scalars; the result is converted to the call's type.
 """
@@ -17,6 +18,7 @@ from ...framework.intrinsics import intrinsics
 from .atomics import ATOMICS
 from .geometry import BX, BY, BZ, TX, TY, TZ, Chunk
 from .values import Affine, Value
+from .warps import WARPS
 
 NAMESPACE = "interp"
 
@@ -69,4 +71,5 @@ intrinsics.implement(NAMESPACE, {
     "mem_fence": _in_lockstep,
     **ATOMICS,
     **MATH,
+    **WARPS,
 })

@@ -23,10 +23,24 @@ def _lifted(ufunc: np.ufunc) -> BinaryFn:
     return lambda a, b: ufunc(materialise(a), materialise(b))
 
 
+def _in_f32_for_f16(fn: BinaryFn) -> BinaryFn:
+    """f16 operands are computed in f32 and the result rounded once (as the C emitters do)."""
+
+    def run(a: Value, b: Value) -> Value:
+        if np.result_type(a, b) != np.float16:
+            return fn(a, b)
+        return np.float16(fn(np.float32(a), np.float32(b))) if np.ndim(a) + np.ndim(b) == 0 \
+            else np.asarray(fn(np.asarray(a, np.float32), np.asarray(b, np.float32)), np.float16)
+
+    return run
+
+
+@_in_f32_for_f16
 def _float_floordiv(a: Value, b: Value) -> Value:
     return np.floor(a / b)
 
 
+@_in_f32_for_f16
 def _float_mod(a: Value, b: Value) -> Value:
     return a - np.floor(a / b) * b
 

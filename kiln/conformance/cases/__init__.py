@@ -1,5 +1,5 @@
 """The built-in conformance cases; importing this package registers them, in this order."""
 
-from . import algorithms, arithmetic, atomics, control
+from . import advanced, algorithms, arithmetic, atomics, control
 
-MODULES = (algorithms, arithmetic, control, atomics)
+MODULES = (algorithms, arithmetic, control, atomics, advanced)

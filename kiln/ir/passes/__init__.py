@@ -18,6 +18,7 @@ from .features import device_feature_check
 from .fold import fold_constants
 from .inline import inline_functions
 from .validate import InternalError, validate
+from .warps import lower_single_lane_warps
 
 if TYPE_CHECKING:
     from ...runtime.device import Device
@@ -26,7 +27,8 @@ Pass = Callable[[Program], Program]
 
 __all__ = [
     "InternalError", "Pass", "check_program", "default_pipeline", "device_feature_check",
-    "fold_constants", "inline_functions", "pipeline_for", "remove_dead_code",
+    "fold_constants", "inline_functions", "lower_single_lane_warps", "pipeline_for",
+    "remove_dead_code",
 ]
 
 
@@ -44,10 +46,13 @@ def default_pipeline() -> list[Pass]:
 
 def pipeline_for(device: Device | None, *, inline: bool = False) -> list[Pass]:
     """The default pipeline, after the device's feature check (when a device is known) and
-    before inlining of every device function (for backends that cannot call functions)."""
+    before inlining of every device function (for backends that cannot call functions).
+    On devices whose warps have one thread, warp operations are lowered first."""
     passes: list[Pass] = []
     if device is not None:
         passes.append(device_feature_check(device.capabilities))
+        if device.capabilities.warp_size == 1:
+            passes.append(lower_single_lane_warps)
     passes += default_pipeline()
     if inline:
         passes.append(inline_functions)

@@ -1,5 +1,5 @@
 """The convergence check: every convergent intrinsic (`barrier()`) must be reached by the
-whole block.
+whole block, and every warp operation (`shuffle`, `vote_any`, ...) by its whole warp.
 
 Each expression and local gets a variance in the lattice UNIFORM < BLOCK < THREAD
 (`kiln.framework.intrinsics.Variance`):
@@ -10,13 +10,15 @@ Each expression and local gets a variance in the lattice UNIFORM < BLOCK < THREA
 - a device function call is the join of its arguments and of what its body adds (its
   result's variance with uniform parameters);
 - a local is the join of every value assigned to it and of the control under which it is
-  assigned (iterated to a fixpoint).
+  assigned (iterated to a fixpoint); a variable `kiln.native` code mentions is THREAD.
 
 Control flow takes the variance of its condition; a `break`, `continue` or `return` taken
 under some control makes the rest of its block (and, for `break` and `return`, the whole
 loop) run under that control. A convergent intrinsic or a call of a function that reaches
-one under THREAD-varying control is a `ConvergenceError`. Device functions are checked with
-the join of the variances their call sites pass to each parameter.
+one under THREAD-varying control is a `ConvergenceError`. Warp operations are checked the
+same way: the lattice has no warp level, so block-uniform control is what proves that a
+whole warp arrives together. Device functions are checked with the join of the variances
+their call sites pass to each parameter.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class Site:
     stmt_loc: ir.Loc | None
     what: str
     control: Control
+    scope: str = "block"  # who must arrive together: "block" (barrier) or "warp"
 
 
 @dataclass
@@ -82,6 +85,7 @@ class Summaries:
 
     result: dict[str, Variance] = field(default_factory=dict)
     convergent: set[str] = field(default_factory=set)
+    reaches: dict[str, Site] = field(default_factory=dict)  # per convergent function
 
 
 class FunctionVariance:
@@ -139,6 +143,9 @@ class FunctionVariance:
                 bounds = max(self.expr(e, control) for e in (start, stop, step))
                 return self.loop(body, control, bounds, f"the `for` loop{line}",
                                  lambda c: self.assign(var, c.variance))
+            case ir.Native(vars=variables):
+                for v in variables:  # hand-written code may write anything it mentions
+                    self.assign(v.name, THREAD)
             case ir.Break():
                 return Exits(breaks=Control(control.variance, f"the `break`{line}"))
             case ir.Continue():
@@ -198,15 +205,17 @@ class FunctionVariance:
                 if name not in intrinsics:
                     return THREAD
                 spec = intrinsics[name]
-                if spec.convergent:
-                    self.sites.append(Site(e, self.stmt_loc, f"{name}()", control))
+                if spec.convergent or spec.warp_convergent:
+                    scope = "block" if spec.convergent else "warp"
+                    self.sites.append(Site(e, self.stmt_loc, f"{name}()", control, scope))
                 return joined if spec.variance is None else spec.variance
             case ir.Call(func=func, args=args):
                 variances = [self.expr(a, control) for a in args]
                 self.calls.append((func, variances))
                 if func in self.summaries.convergent:
-                    what = f"the call of `{func}` (which reaches barrier())"
-                    self.sites.append(Site(e, self.stmt_loc, what, control))
+                    inner = self.summaries.reaches[func]
+                    what = f"the call of `{func}` (which reaches {inner.what.split(' (')[0]})"
+                    self.sites.append(Site(e, self.stmt_loc, what, control, inner.scope))
                 return max([self.summaries.result.get(func, UNIFORM), *variances])
         return max((self.expr(c, control) for c in child_exprs(e)), default=UNIFORM)
 
@@ -226,6 +235,7 @@ def summarize(program: ir.Program) -> Summaries:
                 summaries.result[func.name] = analysis.result
                 if convergent:
                     summaries.convergent.add(func.name)
+                    summaries.reaches[func.name] = analysis.sites[0]
     return summaries
 
 
@@ -257,5 +267,5 @@ def check_convergence(program: ir.Program) -> None:
             if site.control.variance is THREAD:
                 raise ConvergenceError(
                     f"{site.what} is inside control flow that depends on the thread index "
-                    f"({site.control.why}): every thread of a block must reach it",
+                    f"({site.control.why}): every thread of a {site.scope} must reach it",
                     site.node.loc or site.stmt_loc)

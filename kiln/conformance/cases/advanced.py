@@ -1,0 +1,149 @@
+"""The advanced kernel language: warp operations, f16, native code, recursion, unrolling
+hints and generics. Expected values follow docs/language-advanced.md; warp results are
+computed for the device's own warp size."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import kiln
+from kiln import f16, f32, i32, u32, u64
+
+from ..checks import assert_close, assert_equal, blocks, rng, run
+from ..registry import Requirement, Skipped, case
+
+WARP_BLOCK = 64
+BLOCK = 64
+FP16 = Requirement("f16", lambda caps: None if caps.fp16 else f"{caps.name} has no f16 support")
+
+
+@kiln.kernel
+def warp_operations(x: i32[:], y: f32[:], out: i32[:, :], fout: f32[:, :], bits: u64[:]):
+    i = kiln.global_id(0)
+    v = x[i]
+    lane = kiln.lane_id
+    total = v
+    mask = kiln.warp_size // 2
+    while mask > 0:  # butterfly: every lane ends with the warp's sum
+        total += kiln.shuffle_xor(total, mask)
+        mask //= 2
+    out[0, i] = total
+    out[1, i] = kiln.shuffle(v, 0)
+    out[2, i] = kiln.shuffle(v, lane + 3)
+    out[3, i] = kiln.shuffle_down(v, 1)
+    out[4, i] = lane
+    out[5, i] = kiln.warp_size
+    out[6, i] = i32(kiln.vote_any(v > 90)) + 2 * i32(kiln.vote_all(v > 2))
+    fout[0, i] = kiln.shuffle_down(y[i], 2)
+    fout[1, i] = kiln.shuffle_xor(y[i], 1)
+    bits[i] = kiln.ballot(v % 3 == 0)
+
+
+def warp_reference(x: np.ndarray, y: np.ndarray, width: int, block: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The documented results for warps of `width` threads in blocks of `block` threads."""
+    n = len(x)
+    lane = np.arange(n) % block % width
+    base = np.arange(n) - lane
+
+    def read(values: np.ndarray, source: np.ndarray) -> np.ndarray:
+        inside = (source >= 0) & (source < width)
+        return values[np.where(inside, base + np.where(inside, source, 0), np.arange(n))]
+
+    warps = x.reshape(-1, width)
+    per_warp = np.repeat
+    out = np.stack([
+        per_warp(warps.sum(axis=1), width),
+        read(x, np.zeros(n, np.int64)),
+        read(x, (lane + 3) % width),
+        read(x, lane + 1),
+        lane,
+        np.full(n, width),
+        per_warp((warps > 90).any(axis=1) + 2 * (warps > 2).all(axis=1), width),
+    ]).astype(np.int32)
+    fout = np.stack([read(y, lane + 2), read(y, lane ^ 1)]).astype(np.float32)
+    weights = np.uint64(1) << lane.astype(np.uint64)
+    bits = per_warp(((x % 3 == 0).reshape(-1, width) * weights.reshape(-1, width)).sum(axis=1),
+                    width).astype(np.uint64)
+    return out, fout, bits
+
+
+@case()
+def warp_operations_i32_f32(device):
+    """Shuffles (indexed, down, xor), lane ids, votes and ballots within each warp, for the
+    device's warp size (1 where every thread is its own warp)."""
+    width = device.capabilities.warp_size
+    if WARP_BLOCK % width:
+        raise Skipped(f"a warp of {width} threads does not divide a block of {WARP_BLOCK}")
+    n = 4 * WARP_BLOCK
+    x = rng(60).integers(0, 100, n).astype(np.int32)
+    y = rng(61).integers(-50, 50, n).astype(np.float32)
+    out = np.zeros((7, n), np.int32)
+    fout = np.zeros((2, n), np.float32)
+    bits = np.zeros(n, np.uint64)
+    run(device, warp_operations, n // WARP_BLOCK, WARP_BLOCK, x, y, out, fout, bits)
+    expected, fexpected, bexpected = warp_reference(x, y, width, WARP_BLOCK)
+    for row, what in enumerate(("xor butterfly sum", "shuffle from lane 0", "rotating shuffle",
+                                "shuffle_down by 1", "lane_id", "warp_size", "votes")):
+        assert_equal(out[row], expected[row], what)
+    assert_equal(fout, fexpected, "f32 shuffles")
+    assert_equal(bits, bexpected, "ballot")
+
+
+@kiln.kernel
+def half_arithmetic(a: f16[:], b: f16[:], out: f16[:, :], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        x = a[i]
+        y = b[i]
+        out[0, i] = x * y + x
+        out[1, i] = x / y - f16(0.25)
+        out[2, i] = kiln.sqrt(x)
+        out[3, i] = f16(f32(x) * 3.0)
+        out[4, i] = max(x, y) if x != y else -x
+        out[5, i] = x // y
+        out[6, i] = kiln.exp(x * f16(0.5))
+
+
+@case(requires=(FP16,))
+def f16_arithmetic(device):
+    """f16 storage and arithmetic: each operation rounds to f16, as NumPy's float16."""
+    n = 300
+    a = rng(62).uniform(0.1, 8, n).astype(np.float16)
+    b = rng(63).uniform(0.1, 8, n).astype(np.float16)
+    out = np.zeros((7, n), np.float16)
+    run(device, half_arithmetic, blocks(n, BLOCK), BLOCK, a, b, out, n)
+    exact = [a * b + a, a / b - np.float16(0.25), np.sqrt(a),
+             (a.astype(np.float32) * 3).astype(np.float16), np.where(a != b, np.maximum(a, b), -a),
+             a // b]
+    for row, expected in enumerate(exact):
+        assert_equal(out[row], expected.astype(np.float16), f"f16 row {row}")
+    assert_close(out[6], np.exp(a * np.float16(0.5)), "f16 exp", rtol=1e-3)
+
+
+def popcount_python(v: np.ndarray, bits: np.ndarray) -> dict[str, np.ndarray]:
+    """The python= code of `native_popcount`: one call for all active threads."""
+    return {"bits": np.bitwise_count(v)}
+
+
+@kiln.kernel
+def native_popcount(x: u32[:], out: i32[:], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        v = x[i]
+        bits = 0
+        kiln.native(cuda="{bits} = __popc({v});", opencl="{bits} = popcount({v});",
+                    c="{bits} = __builtin_popcount({v});", python=popcount_python)
+        out[i] = bits * 10 + i32(v % 7)
+
+
+@case()
+def native_code(device):
+    """kiln.native: hand-written code per language (CUDA, OpenCL C, C, Python) reading and
+    writing kernel variables."""
+    n = 200
+    x = rng(64).integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    out = np.zeros(n, np.int32)
+    run(device, native_popcount, blocks(n, BLOCK), BLOCK, x, out, n)
+    expected = np.bitwise_count(x).astype(np.int32) * 10 + (x % 7).astype(np.int32)
+    assert_equal(out, expected, "popcount")
