@@ -20,18 +20,33 @@ from .ir.types import (
     ArrayType,
     ConstexprType,
     ScalarType,
+    StructType,
+    VariantType,
+    VectorType,
     bool_,
     constexpr,
     f16,
     f32,
+    f32x2,
+    f32x3,
+    f32x4,
     f64,
+    f64x2,
+    f64x3,
+    f64x4,
     i8,
     i16,
     i32,
+    i32x2,
+    i32x3,
+    i32x4,
     i64,
     u8,
     u16,
     u32,
+    u32x2,
+    u32x3,
+    u32x4,
     u64,
 )
 from .lang import builtins as _b
@@ -48,6 +63,7 @@ from .lang.errors import (
     UnsupportedError,
 )
 from .lang.kernel import DeviceFunction, Kernel, func, kernel, launch
+from .lang.records import Variant, struct, variant
 from .runtime.array import DeviceArray, empty, empty_like, full, to_device, zeros
 from .runtime.device import Device, Event, Stream
 from .runtime.graph import Graph, graph
@@ -115,5 +131,9 @@ shuffle_xor = _b.intrinsic_object("shuffle_xor")
 vote_all = _b.intrinsic_object("vote_all")
 vote_any = _b.intrinsic_object("vote_any")
 ballot = _b.intrinsic_object("ballot")
+dot = _b.intrinsic_object("dot")
+length = _b.intrinsic_object("length")
+normalize = _b.intrinsic_object("normalize")
+cross = _b.intrinsic_object("cross")
 
 __all__ = [name for name in dir() if not name.startswith("_")]

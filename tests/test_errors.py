@@ -412,7 +412,7 @@ KERNEL_ERRORS = [
     (uses_print, kiln.UnsupportedError, "print"),
     (while_else, kiln.UnsupportedError, "`while ... else`"),
     (uses_slice, kiln.UnsupportedError, "slices"),
-    (uses_match, kiln.UnsupportedError, "`match`"),
+    (uses_match, kiln.KernelTypeError, "match takes a variant"),
     (for_over_array, kiln.UnsupportedError, "range(...)"),
     (calls_kernel, kiln.UnsupportedError, "make it a @kiln.func"),
     (for_else, kiln.UnsupportedError, "`for ... else`"),

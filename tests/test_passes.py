@@ -27,6 +27,7 @@ from kiln.ir.passes import (
     device_feature_check,
     fold_constants,
     inline_functions,
+    lower_aggregates,
     pipeline_for,
     remove_dead_code,
 )
@@ -754,13 +755,14 @@ class FakeDevice:
 
 
 def test_pipelines() -> None:
-    assert default_pipeline() == [fold_constants, remove_dead_code]
+    assert default_pipeline() == [lower_aggregates, fold_constants, remove_dead_code]
     assert pipeline_for(None) == default_pipeline()
     assert pipeline_for(None, inline=True) == [*default_pipeline(), inline_functions]
     passes = pipeline_for(FakeDevice(), inline=True)  # type: ignore[arg-type]
-    assert passes[1:] == [fold_constants, remove_dead_code, inline_functions]
+    assert passes[0] is lower_aggregates
+    assert passes[2:] == [fold_constants, remove_dead_code, inline_functions]
     with pytest.raises(kiln.DeviceFeatureError):
-        passes[0](uses_f64.program((f32[:],)))
+        passes[1](uses_f64.program((f32[:],)))
 
 
 # ---------------------------------------------------------------- inlining, run

@@ -22,9 +22,11 @@ from ..ir.types import (
     ScalarType,
     Type,
     fits,
+    is_aggregate,
     literal_type,
 )
 from ..lang.errors import LaunchError
+from ..lang.records import argument_error, kiln_type_of, lowered_arguments
 from ..runtime.array import DeviceArray, to_device
 from ..runtime.device import Device, Stream
 from ..runtime.interop import adopt
@@ -90,14 +92,19 @@ def type_of_value(value: Any) -> Type | None:
             return literal_type(value)
         except (TypeError, KeyError):
             return None
-    return None
+    return kiln_type_of(type(value))  # an instance of a @kiln.struct class
 
 
 def check_argument(kernel_name: str, pname: str, position: int, expected: Type | None,
                    value: Any) -> Type:
     """Check one argument against its parameter; return the type to specialise on."""
-    actual = type_of_value(value)
     where = f"argument '{pname}' (#{position + 1}) of {kernel_name}"
+    if is_aggregate(expected.elem if isinstance(expected, ArrayType) else expected):
+        problem = argument_error(expected, value)  # type: ignore[arg-type]
+        if problem is not None:
+            raise LaunchError(f"{where}: {problem}")
+        return expected  # type: ignore[return-value]
+    actual = type_of_value(value)
     if actual is None:
         raise LaunchError(f"{where}: expected {expected or 'an array or a number'}, "
                           f"got {describe_value(value)}")
@@ -158,7 +165,12 @@ def specialize(kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> S
         routine = backend.link(code, device)  # type: ignore[attr-defined]
     else:
         routine = program
-    spec = Specialization(program, routine, frozenset(written_params(program)), device)
+    written = written_params(program)
+    original = kernel.program(arg_types).kernel.params
+    if program.kernel.params and program.kernel.params[0].source is not None:  # lowered
+        written = {original[p.source.index].name for p in program.kernel.params
+                   if p.name in written}  # type: ignore[union-attr]
+    spec = Specialization(program, routine, frozenset(written), device)
     kernel.specializations[key] = spec
     return spec
 
@@ -182,7 +194,7 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
         return
     b = bind_launch(kernel, grid, block, adopt_foreign(args), device, stream)
     b.call(b.routine, b.grid, b.block, b.device_args, b.stream.handle)
-    if b.args is args and not b.copy_back:
+    if b.args is args and not b.copy_back and not _lowered(b.arg_types):
         key = (grid, block, device, stream)
         target = getattr(b.device.backend, "launch_target", None)
         if target is not None:  # the backend's own fast launch; it packs Python numbers
@@ -238,6 +250,11 @@ def bind_launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence
                        copy_back, dev, stream)
 
 
+def _lowered(arg_types: tuple[Type, ...]) -> bool:
+    """Whether arguments are split for records, variants or vectors (no fast-path plan)."""
+    return any(is_aggregate(t.elem if isinstance(t, ArrayType) else t) for t in arg_types)
+
+
 def adopt_foreign(args: Sequence[Any]) -> Sequence[Any]:
     """Foreign device arrays (CuPy, PyTorch, JAX, ...) become DeviceArrays sharing their
     memory, through the adopters backends register (`kiln.runtime.interop`)."""
@@ -271,4 +288,8 @@ def _to_device_args(kernel: Kernel, args: Sequence[Any], arg_types: tuple[Type, 
             out.append(t.dtype.type(value))
         else:
             out.append(value)
+    params = spec.program.kernel.params
+    if params and params[0].source is not None:  # records, variants or vectors were split
+        types = [t for t in arg_types if not isinstance(t, ConstexprType)]
+        out = lowered_arguments(types, params, out)
     return out, copy_back

@@ -20,6 +20,7 @@ from ..ir.types import (
     ArrayType,
     ScalarType,
     Type,
+    VectorType,
     bool_,
     f16,
     f32,
@@ -53,7 +54,7 @@ Typing = Callable[[Sequence[Type]], tuple[list[Type], Type]]
 @dataclass(frozen=True)
 class Intrinsic:
     name: str
-    category: str  # "index", "sync", "atomic", "math"
+    category: str  # "index", "sync", "atomic", "math", "vector" (lowered), ...
     arity: tuple[int, int]  # min, max number of arguments as the frontend sees them
     typing: Typing
     variance: Variance | None  # None: the join of the arguments' variances
@@ -98,8 +99,10 @@ class IntrinsicRegistry:
         return None
 
     def missing(self, namespaces: Sequence[str]) -> list[str]:
-        """Standard intrinsics with no implementation along the chain."""
-        return [n for n in self._specs if self.implementation(n, namespaces) is None]
+        """Standard intrinsics with no implementation along the chain (vector intrinsics
+        are lowered to scalar code before any backend sees them)."""
+        return [n for n, s in self._specs.items()
+                if s.category != "vector" and self.implementation(n, namespaces) is None]
 
 
 intrinsics = IntrinsicRegistry()
@@ -268,3 +271,82 @@ for _name, _result in zip(WARP_VOTES, (bool_, bool_, u64)):
 
 INDEX_BASES = ("thread_idx", "block_idx", "block_dim", "grid_dim")
 FLOAT_TYPES = (f32, f64)
+
+
+# ---------------------------------------------------------------- vectors
+# Typed by the frontend and expanded into scalar arithmetic by `lower_aggregates`
+# (kiln.ir.passes): no backend implements them.
+
+
+def _vectors(name: str, args: Sequence[Type], count: int) -> tuple[int, ScalarType]:
+    """The common length and promoted element type of `count` vector arguments."""
+    if len(args) != count or not all(isinstance(a, VectorType) for a in args):
+        raise IntrinsicTypeError(f"{name} takes {count} vector(s), got "
+                                 f"{', '.join(map(str, args))}")
+    vectors = [a for a in args if isinstance(a, VectorType)]
+    if len({v.n for v in vectors}) != 1:
+        raise IntrinsicTypeError(f"{name} of vectors of different lengths: "
+                                 f"{', '.join(map(str, vectors))}")
+    t = vectors[0].elem
+    for v in vectors[1:]:
+        t = promote(t, v.elem)
+    if t.is_bool:
+        raise IntrinsicTypeError(f"{name} needs numeric vectors, got {vectors[0]}")
+    return vectors[0].n, t
+
+
+def _dot(args: Sequence[Type]) -> tuple[list[Type], Type]:
+    n, t = _vectors("dot", args, 2)
+    return [VectorType(t, n)] * 2, t
+
+
+def _float_vector(name: str, to_scalar: bool) -> Typing:
+    def rule(args: Sequence[Type]) -> tuple[list[Type], Type]:
+        n, t = _vectors(name, args, 1)
+        if not t.is_float:
+            raise IntrinsicTypeError(f"{name} needs a float vector, got {args[0]} (convert it "
+                                     f"with f32x{n}(...))")
+        return [VectorType(t, n)], t if to_scalar else VectorType(t, n)
+
+    return rule
+
+
+def _cross(args: Sequence[Type]) -> tuple[list[Type], Type]:
+    n, t = _vectors("cross", args, 2)
+    if n != 3:
+        raise IntrinsicTypeError(f"cross takes two 3-component vectors, got {args[0]}")
+    return [VectorType(t, 3)] * 2, VectorType(t, 3)
+
+
+def _reduce_bool(name: str) -> Typing:
+    def rule(args: Sequence[Type]) -> tuple[list[Type], Type]:
+        v = args[0]
+        if not (isinstance(v, VectorType) and v.elem.is_bool):
+            raise IntrinsicTypeError(f"{name}() takes a vector comparison such as "
+                                     f"{name}(a < b), got {v}")
+        return [v], bool_
+
+    return rule
+
+
+intrinsics.register(Intrinsic("dot", "vector", (2, 2), _dot, None))
+intrinsics.register(Intrinsic("length", "vector", (1, 1), _float_vector("length", True), None))
+intrinsics.register(Intrinsic("normalize", "vector", (1, 1), _float_vector("normalize", False),
+                              None))
+intrinsics.register(Intrinsic("cross", "vector", (2, 2), _cross, None))
+intrinsics.register(Intrinsic("all", "vector", (1, 1), _reduce_bool("all"), None))
+intrinsics.register(Intrinsic("any", "vector", (1, 1), _reduce_bool("any"), None))
+
+
+def typing_of(spec: Intrinsic, args: Sequence[Type]) -> tuple[list[Type], Type]:
+    """`spec.typing(args)`, applied per component when a math intrinsic gets vectors
+    (`sqrt(v)`, `max(v, 0.0)`): scalar arguments then stand for vectors repeating them."""
+    vectors = [a for a in args if isinstance(a, VectorType)]
+    if spec.category != "math" or not vectors:
+        return spec.typing(args)
+    n = vectors[0].n
+    if any(v.n != n for v in vectors):
+        raise IntrinsicTypeError(f"{spec.name} of vectors of different lengths")
+    params, result = spec.typing([a.elem if isinstance(a, VectorType) else a for a in args])
+    assert isinstance(result, ScalarType)
+    return [VectorType(p, n) for p in params], VectorType(result, n)  # type: ignore[arg-type]

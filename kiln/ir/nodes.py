@@ -131,6 +131,25 @@ class IntrinsicCall(Expr):
     args: list[Expr]
 
 
+@dataclass(eq=False)
+class Construct(Expr):
+    """A record or vector value from its fields (components) in order; a vector from a
+    single scalar repeats it in every component."""
+
+    values: list[Expr]
+
+
+@dataclass(eq=False)
+class Field(Expr):
+    """A part of a record, vector or variant value: a record's field, a vector's component
+    (`x` `y` `z` `w`), a variant's `tag` (i32) or its payload read as case `name` (a record).
+
+    Passes and backends never see these after `lower_aggregates` (kiln.ir.passes)."""
+
+    value: Expr
+    name: str
+
+
 # ---------------------------------------------------------------- statements
 
 
@@ -153,6 +172,16 @@ class Store(Stmt):
 
     array: Var
     indices: list[Expr]
+    value: Expr
+
+
+@dataclass(eq=False)
+class SetField(Stmt):
+    """`target.name = value`: writes one part (see `Field`) of a place, which is a local
+    (`Var`), an array element (`Load`) or a `Field` of a place."""
+
+    target: Expr
+    name: str
     value: Expr
 
 
@@ -224,10 +253,22 @@ class Native(Stmt):
 # ---------------------------------------------------------------- functions
 
 
+@dataclass(frozen=True)
+class ParamSource:
+    """Where a parameter made by `lower_aggregates` gets its value from the launch:
+    from the kernel argument at `index` (of the frontend's parameters), a scalar read at
+    byte `offset` of its packed value, or (an array parameter) a view of its memory as an
+    array of this parameter's element type with one more dimension."""
+
+    index: int
+    offset: int = 0
+
+
 @dataclass(eq=False)
 class Param:
     name: str
     type: Type
+    source: ParamSource | None = None
 
 
 @dataclass(eq=False)

@@ -54,6 +54,8 @@ def format_stmt(stmt: ir.Stmt, depth: int) -> list[str]:
             return [f"{pad}{array.name}[{_join(indices)}] = {typed(value)}"]
         case ir.ExprStmt(expr=expr):
             return [pad + typed(expr)]
+        case ir.SetField(target=target, name=name, value=value):
+            return [f"{pad}{format_expr(target)}.{name} = {typed(value)}"]
         case ir.If():
             return _format_if(stmt, depth, "if")
         case ir.While(cond=cond, body=body):
@@ -120,6 +122,10 @@ def format_expr(expr: ir.Expr, top: bool = False) -> str:
             return f"{array.name}.shape[{axis}]"
         case ir.Call(func=name, args=args) | ir.IntrinsicCall(name=name, args=args):
             return f"{name}({_join(args)})"
+        case ir.Construct(type=t, values=values):
+            return f"{t}({_join(values)})"
+        case ir.Field(value=value, name=name):
+            return f"{format_expr(value)}.{name}"
     return _generic(expr)
 
 

@@ -9,7 +9,7 @@ Promotion (documented in docs/language.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -66,10 +66,7 @@ class ScalarType(Type):
 
     def __getitem__(self, dims: object) -> ArrayType:
         """`f32[:]`, `f32[:, :]` build array annotations."""
-        items = dims if isinstance(dims, tuple) else (dims,)
-        if not all(isinstance(d, slice) and d == slice(None) for d in items):
-            raise TypeError(f"array annotations are written {self.name}[:], {self.name}[:, :], ...")
-        return ArrayType(self, len(items))
+        return _array_of(self, dims)
 
     def __call__(self, value: object = 0) -> object:
         """On the host, `f32(1.5)` makes a NumPy scalar (in kernels it is a cast)."""
@@ -110,10 +107,132 @@ SCALAR_BY_DTYPE = {t.dtype: t for t in SCALARS}
 
 
 @dataclass(frozen=True)
+class VectorType(Type):
+    """`f32x4`: `n` (2 to 4) components `.x .y .z .w` of one scalar type, element-wise
+    arithmetic. In memory, and on the host, a C array `elem[n]` (an `f32x4[:]` of length m is
+    an (m, 4) NumPy array)."""
+
+    elem: ScalarType
+    n: int
+
+    def __repr__(self) -> str:
+        return self.name
+
+    @property
+    def name(self) -> str:
+        return f"{self.elem.name}x{self.n}"
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype((self.elem.dtype, (self.n,)))
+
+    @property
+    def itemsize(self) -> int:
+        return self.elem.itemsize * self.n
+
+    def __getitem__(self, dims: object) -> ArrayType:
+        return _array_of(self, dims)
+
+    def __call__(self, *values: object) -> np.ndarray:
+        """On the host, `f32x3(1, 2, 3)` makes a NumPy array (in kernels, a vector value)."""
+        out = np.empty(self.n, self.elem.dtype)
+        out[...] = values[0] if len(values) == 1 else values
+        return out
+
+
+@dataclass(frozen=True)
+class StructType(Type):
+    """A record (`@kiln.struct`): named fields of scalar, vector and record types.
+
+    Layout (one rule for every backend): NumPy's `align=True` struct layout, which is C's:
+    each field at the next offset that is a multiple of its alignment (a scalar's size; a
+    vector's element size; a record's largest alignment), the size rounded up to a multiple
+    of the record's alignment.
+    """
+
+    name: str
+    fields: tuple[tuple[str, Type], ...]
+    pyclass: type | None = field(default=None, compare=False)
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def field_type(self, name: str) -> Type | None:
+        return dict(self.fields).get(name)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype({"names": [n for n, _ in self.fields],
+                         "formats": [t.dtype for _, t in self.fields]}, align=True)  # type: ignore
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    def __getitem__(self, dims: object) -> ArrayType:
+        return _array_of(self, dims)
+
+
+@dataclass(frozen=True)
+class VariantType(Type):
+    """A tagged union of records (`kiln.variant`): an i32 `tag` (the case's position) at
+    offset 0, then the cases' fields overlapping at the first offset aligned for every case.
+    Its NumPy dtype names the tag `tag` and each case's record by the case's name."""
+
+    name: str
+    cases: tuple[StructType, ...]
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def case_index(self, case: Type) -> int | None:
+        return self.cases.index(case) if case in self.cases else None
+
+    def field_type(self, name: str) -> Type | None:
+        if name == "tag":
+            return i32
+        return next((c for c in self.cases if c.name == name), None)
+
+    @property
+    def dtype(self) -> np.dtype:
+        dtypes = [c.dtype for c in self.cases]
+        align = max([4, *(d.alignment for d in dtypes)])
+        payload = -(-4 // align) * align
+        size = payload + max([0, *(d.itemsize for d in dtypes)])
+        return np.dtype({"names": ["tag", *(c.name for c in self.cases)],
+                         "formats": [np.dtype(np.int32), *dtypes],
+                         "offsets": [0, *(payload for _ in dtypes)],
+                         "itemsize": -(-size // align) * align}, align=True)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    def __getitem__(self, dims: object) -> ArrayType:
+        return _array_of(self, dims)
+
+
+Element = ScalarType | VectorType | StructType | VariantType
+"""What arrays hold."""
+
+
+def _array_of(elem: Element, dims: object) -> ArrayType:
+    items = dims if isinstance(dims, tuple) else (dims,)
+    if not all(isinstance(d, slice) and d == slice(None) for d in items):
+        raise TypeError(f"array annotations are written {elem}[:], {elem}[:, :], ...")
+    return ArrayType(elem, len(items))
+
+
+def is_aggregate(t: Type) -> bool:
+    """Records, variants and vectors: values the lowering pass splits into scalars."""
+    return isinstance(t, (VectorType, StructType, VariantType))
+
+
+@dataclass(frozen=True)
 class ArrayType(Type):
     """An n-d C-contiguous array; shared and local arrays carry their constant shape."""
 
-    elem: ScalarType
+    elem: Element
     ndim: int
     space: MemorySpace = MemorySpace.GLOBAL
     shape: tuple[int, ...] | None = None
@@ -164,6 +283,14 @@ class _ArrayAlias:
 
 
 Array = ArrayAlias = _ArrayAlias()
+
+f32x2, f32x3, f32x4 = (VectorType(f32, n) for n in (2, 3, 4))
+f64x2, f64x3, f64x4 = (VectorType(f64, n) for n in (2, 3, 4))
+i32x2, i32x3, i32x4 = (VectorType(i32, n) for n in (2, 3, 4))
+u32x2, u32x3, u32x4 = (VectorType(u32, n) for n in (2, 3, 4))
+VECTORS: tuple[VectorType, ...] = (f32x2, f32x3, f32x4, f64x2, f64x3, f64x4, i32x2, i32x3,
+                                   i32x4, u32x2, u32x3, u32x4)
+COMPONENTS = ("x", "y", "z", "w")
 
 
 def widen_for_arithmetic(t: ScalarType) -> ScalarType:

@@ -44,7 +44,7 @@ local = KernelOnly("local")
 _INTRINSIC_OBJECTS: dict[str, KernelOnly] = {
     name: KernelOnly(name, name)
     for name in intrinsics.names()
-    if intrinsics[name].category in ("sync", "atomic", "math", "warp")
+    if intrinsics[name].category in ("sync", "atomic", "math", "warp", "vector")
 }
 barrier = _INTRINSIC_OBJECTS["barrier"]
 mem_fence = _INTRINSIC_OBJECTS["mem_fence"]
@@ -61,7 +61,7 @@ def intrinsic_object(name: str) -> KernelOnly:
 # Python callables that mean an intrinsic when called in a kernel.
 _MATH_ALIASES: dict[Callable[..., Any], str] = {
     builtins.abs: "abs", builtins.min: "min", builtins.max: "max", builtins.round: "round",
-    math.fabs: "abs",
+    math.fabs: "abs", builtins.all: "all", builtins.any: "any",
 }
 for _name in intrinsics.names("math"):
     if hasattr(math, _name):

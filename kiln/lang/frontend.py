@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..framework.intrinsics import IntrinsicTypeError, intrinsics
+from ..framework.intrinsics import IntrinsicTypeError, intrinsics, typing_of
 from ..ir import nodes as ir
 from ..ir.enums import MemorySpace
 from ..ir.types import (
@@ -23,17 +23,22 @@ from ..ir.types import (
     ArrayType,
     ConstexprType,
     ScalarType,
+    StructType,
     Type,
+    VariantType,
+    VectorType,
     bool_,
     can_convert_implicitly,
     f32,
     fits,
     i32,
     i64,
+    is_aggregate,
     literal_type,
     void,
 )
 from . import builtins as kb
+from .aggregates import AggregateBuilder, is_value_type
 from .errors import (
     ArityError,
     ConstantError,
@@ -43,6 +48,7 @@ from .errors import (
     UnsupportedError,
 )
 from .native import build_native
+from .records import kiln_type_of
 from .resolve import StaticResolver, annotation_type
 from .source import ParsedFunction, parse_function
 from .typing_rules import can_store, comparison_type, operand_type, unify
@@ -58,7 +64,7 @@ UNSUPPORTED_STATEMENTS = {
     ast.FunctionDef: "nested functions (closures)", ast.ClassDef: "class definitions",
     ast.AsyncFunctionDef: "async functions", ast.Import: "imports", ast.ImportFrom: "imports",
     ast.Global: "`global`", ast.Nonlocal: "`nonlocal`", ast.Delete: "`del`",
-    ast.Assert: "`assert`", ast.Match: "`match` statements", ast.AsyncFor: "`async for`",
+    ast.Assert: "`assert`", ast.AsyncFor: "`async for`",
     ast.AsyncWith: "`async with`",
 }
 UNSUPPORTED_EXPRESSIONS = {
@@ -127,7 +133,7 @@ def build_program(pyfunc: Callable[..., Any], arg_types: tuple[Type, ...],
     return ir.Program(main, list(ctx.order))
 
 
-class FunctionBuilder:
+class FunctionBuilder(AggregateBuilder):
     """Builds one function's IR; see the module docstring for the type inference loop."""
 
     def __init__(self, pyfunc: Callable[..., Any], arg_types: Sequence[Type],
@@ -239,9 +245,10 @@ class FunctionBuilder:
             raise UnsupportedError("only simple names can be annotated", self.loc(node.target))
         name = node.target.id
         t = annotation_type(self.resolver, node.annotation, self.loc(node.annotation))
-        if not isinstance(t, ScalarType):
-            raise UnsupportedError("annotated locals must be scalars; make arrays with "
-                                   "kiln.shared or kiln.local", self.loc(node.annotation))
+        if not is_value_type(t):
+            raise UnsupportedError("annotated locals must be scalars, vectors, records or "
+                                   "variants; make arrays with kiln.shared or kiln.local",
+                                   self.loc(node.annotation))
         if name in self.param_names:
             raise KernelTypeError(f"'{name}' is a parameter and cannot be re-declared",
                                   self.loc(node.target))
@@ -260,8 +267,10 @@ class FunctionBuilder:
             return self.assign_tuple(target, value_node, stmt)
         if isinstance(target, ast.Subscript):
             return [self.store(target, self.expr(value_node), stmt)]
+        if isinstance(target, ast.Attribute):
+            return [self.assign_field(target, self.expr(value_node), stmt)]
         if not isinstance(target, ast.Name):
-            raise UnsupportedError("can only assign to names and array elements",
+            raise UnsupportedError("can only assign to names, array elements and fields",
                                    self.loc(target))
         if _is_array_constructor(self, value_node):
             self.declare_array(target.id, value_node)
@@ -284,6 +293,8 @@ class FunctionBuilder:
         for t_node, tmp in zip(target.elts, temps):
             if isinstance(t_node, ast.Subscript):
                 out.append(self.store(t_node, tmp, stmt))
+            elif isinstance(t_node, ast.Attribute):
+                out.append(self.assign_field(t_node, tmp, stmt))
             elif isinstance(t_node, ast.Name):
                 out.append(self.assign_name(t_node.id, tmp, t_node, compound=False))
             else:
@@ -297,13 +308,17 @@ class FunctionBuilder:
         if name in self.constants:
             raise KernelTypeError(f"'{name}' is a compile-time constant and cannot be "
                                   "assigned", loc)
-        if not isinstance(value.type, ScalarType):
+        if not is_value_type(value.type):
             raise UnsupportedError(f"cannot assign {value.type} to a variable: arrays cannot "
                                    "be aliased", loc)
         current = self.param_names.get(name) or self.local_types.get(name)
         if isinstance(current, ArrayType):
             raise KernelTypeError(f"'{name}' is an array and cannot be reassigned", loc)
         fixed = name in self.param_names or name in self.fixed
+        if current is None and is_aggregate(value.type):
+            self.local_types[name] = current = value.type
+        elif current is not None and (is_aggregate(current) or is_aggregate(value.type)):
+            fixed = True  # records, variants and vectors keep their first type
         if current is None or (not fixed and current != value.type):
             new = value.type if current is None else unify(current, value.type)  # type: ignore
             if current is not None and new != current:
@@ -311,17 +326,19 @@ class FunctionBuilder:
                 raise _Retry
             self.local_types[name] = new
             current = new
-        assert isinstance(current, ScalarType)
         converted = self.convert(value, current, loc, compound=compound, name=name)
         self.defined.add(name)
         return ir.Assign(name, converted, loc=loc)
 
-    def convert(self, value: ir.Expr, t: ScalarType, loc: ir.Loc, compound: bool = False,
+    def convert(self, value: ir.Expr, t: Type, loc: ir.Loc, compound: bool = False,
                 name: str | None = None, what: str | None = None) -> ir.Expr:
         """Convert `value` for storage in a `t` variable, or raise a clear type error."""
         src = value.type
         if src == t:
             return value
+        if is_aggregate(t) or is_aggregate(src):
+            target = what or (f"variable '{name}'" if name else "the target")
+            return self.convert_aggregate(value, t, loc, target)
         target = what or (f"variable '{name}'" if name else "the target")
         if not isinstance(src, ScalarType):
             raise KernelTypeError(f"cannot assign a {src} value to {target} of type {t}",
@@ -431,7 +448,10 @@ class FunctionBuilder:
                                      what=f"an element of '{array.name}'")
             out.append(ir.Store(array, list(bound), converted, loc=self.loc(node)))
             return out
-        raise UnsupportedError("can only update names and array elements", self.loc(node))
+        if isinstance(node.target, ast.Attribute):
+            return [self.update_field(node.target, op, node.value, node)]
+        raise UnsupportedError("can only update names, array elements and fields",
+                               self.loc(node))
 
     def stmt_If(self, node: ast.If) -> list[ir.Stmt]:
         cond = self.truth(self.expr(node.test), node.test)
@@ -705,8 +725,10 @@ class FunctionBuilder:
 
     def expr_Attribute(self, node: ast.Attribute) -> ir.Expr:
         loc = self.loc(node)
-        if self.is_local(node.value):
+        if self.is_local(node.value) or not isinstance(node.value, (ast.Name, ast.Attribute)):
             base = self.expr(node.value)
+            if is_aggregate(base.type):
+                return self.field(base, node.attr, node)
             if isinstance(base.type, ArrayType) and isinstance(base, ir.Var):
                 if node.attr == "ndim":
                     return self.literal(base.type.ndim, node)
@@ -778,6 +800,8 @@ class FunctionBuilder:
 
     def binop(self, op: str, left: ir.Expr, right: ir.Expr, node: ast.AST) -> ir.Expr:
         loc = self.loc(node)
+        if isinstance(left.type, VectorType) or isinstance(right.type, VectorType):
+            return self.vector_binop(op, left, right, loc)
         for side in (left, right):
             if not isinstance(side.type, ScalarType):
                 raise KernelTypeError(f"operator {op} needs numbers, got {side.type}",
@@ -817,6 +841,9 @@ class FunctionBuilder:
         loc = self.loc(node)
         if isinstance(node.op, ast.Not):
             return ir.UnaryOp(bool_, "not", self.truth(operand, node.operand), loc=loc)
+        if isinstance(operand.type, VectorType):
+            op = {ast.USub: "-", ast.UAdd: "+", ast.Invert: "~"}[type(node.op)]
+            return self.vector_unary(op, operand, loc)
         if not isinstance(operand.type, ScalarType):
             raise KernelTypeError(f"cannot negate a {operand.type}", loc)
         value = self.literal_value(operand)
@@ -854,6 +881,8 @@ class FunctionBuilder:
 
     def compare(self, op: str, left: ir.Expr, right: ir.Expr, node: ast.AST) -> ir.Expr:
         loc = self.loc(node)
+        if isinstance(left.type, VectorType) or isinstance(right.type, VectorType):
+            return self.vector_compare(op, left, right, loc)
         for side in (left, right):
             if not isinstance(side.type, ScalarType):
                 raise KernelTypeError(f"cannot compare a {side.type}", side.loc or loc)
@@ -919,6 +948,13 @@ class FunctionBuilder:
         if fn in (kb.shared, kb.local):
             raise UnsupportedError(f"kiln.{fn.name}(...) must be assigned to a name: "
                                    f"s = kiln.{fn.name}(f32, 256)", loc)
+        record = kiln_type_of(fn)
+        if isinstance(record, StructType):
+            return self.construct(record, node)
+        if isinstance(record, VariantType):
+            return self.variant_call(record, node)
+        if isinstance(fn, VectorType):
+            return self.vector_call(fn, node)
         name = kb.intrinsic_for(fn)
         if name is not None:
             return self.intrinsic_call(name, node, statement)
@@ -1006,12 +1042,14 @@ class FunctionBuilder:
         types = [self._literal_aware_type(a, args) if spec.category == "math" else a.type
                  for a in args]
         try:
-            param_types, result = spec.typing(types)
+            param_types, result = typing_of(spec, types)
         except IntrinsicTypeError as exc:
             raise KernelTypeError(str(exc), self.loc(node)) from None
         converted = []
         for a, t in zip(args, param_types):
-            if isinstance(t, ScalarType):
+            if isinstance(t, VectorType):
+                a = self.splat(a, t)
+            elif isinstance(t, ScalarType):
                 if not isinstance(a.type, ScalarType):
                     raise KernelTypeError(f"{name} expects a number, got {a.type}", a.loc)
                 a = self.convert(a, t, self.loc(node), compound=True,
@@ -1134,6 +1172,9 @@ class FunctionBuilder:
         t = expr.type
         if t == bool_:
             return expr
+        if isinstance(t, VectorType):
+            raise KernelTypeError(f"a {t} has one value per component: test all(...) or "
+                                  "any(...) of it", self.loc(node))
         if not isinstance(t, ScalarType):
             raise KernelTypeError(f"a {t} cannot be used as a condition", self.loc(node))
         value = self.literal_value(expr)

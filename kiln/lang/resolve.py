@@ -17,11 +17,13 @@ from ..ir.types import (
     ConstexprType,
     ScalarType,
     Type,
+    VectorType,
     bool_,
     f32,
     i32,
 )
 from .errors import KernelTypeError, UnknownNameError
+from .records import kiln_type_of
 
 _MISSING = object()
 
@@ -66,9 +68,13 @@ class StaticResolver:
 
 
 def type_from_object(obj: Any) -> Type | None:
-    """A kiln type from an annotation object (`f32`, `f32[:]`, `int`, `np.float32`...)."""
-    if isinstance(obj, (ScalarType, ArrayType, ConstexprType)):
+    """A kiln type from an annotation object (`f32`, `f32[:]`, `f32x4`, a struct class, a
+    variant, `int`, `np.float32`...)."""
+    if isinstance(obj, (ScalarType, VectorType, ArrayType, ConstexprType)):
         return obj
+    record = kiln_type_of(obj)
+    if record is not None:
+        return record
     if obj is int:
         return i32
     if obj is float:

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..ir.types import SCALAR_BY_DTYPE, ScalarType
+from ..ir.types import SCALAR_BY_DTYPE, ScalarType, VectorType
+from ..lang.records import kiln_type_of
 from .selection import device as resolve_device
 
 if TYPE_CHECKING:
@@ -91,22 +92,32 @@ class DeviceArray:
 
 
 def _dtype_of(dtype: Any) -> np.dtype:
+    """Element dtypes: kiln scalar types, NumPy numbers, and records or variants (a struct
+    class, a `kiln.variant` or a NumPy structured dtype)."""
     if isinstance(dtype, ScalarType):
         return dtype.dtype
+    record = kiln_type_of(dtype)
+    if record is not None:
+        return record.dtype
     dt = np.dtype(dtype)
-    if dt not in SCALAR_BY_DTYPE:
-        raise TypeError(f"kiln arrays hold numbers and bools, not {dt}")
+    if dt not in SCALAR_BY_DTYPE and dt.names is None:
+        raise TypeError(f"kiln arrays hold numbers and bools (and records), not {dt}")
     return dt
 
 
-def _shape_of(shape: int | tuple[int, ...]) -> tuple[int, ...]:
-    return (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)  # type: ignore
+def _layout(shape: int | tuple[int, ...], dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """Host shape and dtype of an array of `shape` elements (a vector type such as f32x4
+    adds a last dimension of its length)."""
+    dims = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)  # type: ignore
+    if isinstance(dtype, VectorType):
+        return (*dims, dtype.n), dtype.elem.dtype
+    return dims, _dtype_of(dtype)
 
 
 def empty(shape: int | tuple[int, ...], dtype: Any = np.float32,
           device: Device | str | None = None) -> DeviceArray:
     dev = resolve_device(device)
-    dims, dt = _shape_of(shape), _dtype_of(dtype)
+    dims, dt = _layout(shape, dtype)
     nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
     return DeviceArray(dev, dims, dt, dev.backend.allocate(dev, nbytes))
 
@@ -128,8 +139,8 @@ def to_device(array: Any, device: Device | str | None = None,
 
 def full(shape: int | tuple[int, ...], value: Any, dtype: Any = np.float32,
          device: Device | str | None = None) -> DeviceArray:
-    dt = _dtype_of(dtype)
-    return to_device(np.full(_shape_of(shape), value, dt), device)
+    dims, dt = _layout(shape, dtype)
+    return to_device(np.full(dims, value, dt), device)
 
 
 def zeros(shape: int | tuple[int, ...], dtype: Any = np.float32,

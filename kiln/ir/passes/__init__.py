@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..nodes import Program
+from .aggregates import lower_aggregates
 from .convergence import check_convergence
 from .dead_code import remove_dead_code
 from .features import device_feature_check
@@ -27,8 +28,8 @@ Pass = Callable[[Program], Program]
 
 __all__ = [
     "InternalError", "Pass", "check_program", "default_pipeline", "device_feature_check",
-    "fold_constants", "inline_functions", "lower_single_lane_warps", "pipeline_for",
-    "remove_dead_code",
+    "fold_constants", "inline_functions", "lower_aggregates", "lower_single_lane_warps",
+    "pipeline_for", "remove_dead_code",
 ]
 
 
@@ -41,19 +42,22 @@ def check_program(program: Program) -> Program:
 
 
 def default_pipeline() -> list[Pass]:
-    return [fold_constants, remove_dead_code]
+    """Records, variants and vectors lowered to scalars, constants folded, dead code gone."""
+    return [lower_aggregates, fold_constants, remove_dead_code]
 
 
 def pipeline_for(device: Device | None, *, inline: bool = False) -> list[Pass]:
     """The default pipeline, after the device's feature check (when a device is known) and
     before inlining of every device function (for backends that cannot call functions).
-    On devices whose warps have one thread, warp operations are lowered first."""
-    passes: list[Pass] = []
+    On devices whose warps have one thread, warp operations are lowered first. Records,
+    variants and vectors are lowered before anything else, so that the checks see scalars."""
+    lowering, *rest = default_pipeline()
+    passes: list[Pass] = [lowering]
     if device is not None:
         passes.append(device_feature_check(device.capabilities))
         if device.capabilities.warp_size == 1:
             passes.append(lower_single_lane_warps)
-    passes += default_pipeline()
+    passes += rest
     if inline:
         passes.append(inline_functions)
     return passes

@@ -11,11 +11,23 @@ from typing import NoReturn
 
 import numpy as np
 
-from ...framework.intrinsics import IntrinsicTypeError, intrinsics
+from ...framework.intrinsics import IntrinsicTypeError, intrinsics, typing_of
 from ...lang.errors import KernelError, UnsupportedError
 from .. import nodes as ir
 from ..enums import MemorySpace
-from ..types import ArrayType, ScalarType, Type, VoidType, bool_, i32, i64
+from ..types import (
+    COMPONENTS,
+    ArrayType,
+    ScalarType,
+    StructType,
+    Type,
+    VariantType,
+    VectorType,
+    VoidType,
+    bool_,
+    i32,
+    i64,
+)
 from ..visit import walk
 from .common import child_blocks, child_exprs
 
@@ -100,6 +112,10 @@ class _Validator:
                 self.same(self.expr(value), elem, f"value stored to `{array.name}`", s)
             case ir.ExprStmt(expr=expr):
                 self.expr(expr)
+            case ir.SetField(target=target, name=name, value=value):
+                self.place(target, s)
+                self.same(self.expr(value), self.field_type(self.expr(target), name, s),
+                          f"value of field `{name}`", s)
             case ir.If(cond=cond, then=then, orelse=orelse):
                 self.condition(cond, s)
                 self.block(then, depth)
@@ -173,24 +189,27 @@ class _Validator:
                 self.require(declared is not None, f"unknown variable `{name}`", e)
                 self.same(e.type, declared, f"variable `{name}`", e)
             case ir.BinOp(op=op, left=left, right=right):
-                lt, rt = self.scalar(self.expr(left), "operand", e), self.expr(right)
+                left_type, rt = self.expr(left), self.expr(right)
+                lt = self.scalar(_element(left_type), "operand", e)
                 self.require(op in BINOPS, f"unknown operator {op!r}", e)
-                if op in SHIFTS:
+                if op in SHIFTS and isinstance(left_type, ScalarType):
                     rs = self.scalar(rt, "shift count", e)
                     self.require(lt.is_int and rs.is_int, f"shift of {lt} by {rs}", e)
                 else:
-                    self.same(rt, lt, f"right operand of {op!r}", e)
+                    self.same(rt, left_type, f"right operand of {op!r}", e)
                 self.require(op != "/" or lt.is_float, f"'/' on {lt}", e)
-                self.same(e.type, lt, f"result of {op!r}", e)
+                self.same(e.type, left_type, f"result of {op!r}", e)
             case ir.Compare(op=op, left=left, right=right):
                 self.require(op in COMPARES, f"unknown comparison {op!r}", e)
-                self.same(self.expr(right), self.expr(left), f"right operand of {op!r}", e)
-                self.same(e.type, bool_, "comparison", e)
+                lt = self.expr(left)
+                self.same(self.expr(right), lt, f"right operand of {op!r}", e)
+                expected = VectorType(bool_, lt.n) if isinstance(lt, VectorType) else bool_
+                self.same(e.type, expected, "comparison", e)
             case ir.UnaryOp(op=op, operand=operand):
                 self.require(op in UNARY, f"unknown unary operator {op!r}", e)
                 t = self.expr(operand)
                 if op == "not":
-                    self.same(t, bool_, "operand of `not`", e)
+                    self.same(_element(t), bool_, "operand of `not`", e)
                 self.same(e.type, t, f"result of {op!r}", e)
             case ir.BoolOp(values=values):
                 self.require(len(values) >= 2, f"`{e.op}` of {len(values)} value(s)", e)
@@ -202,8 +221,12 @@ class _Validator:
                 self.same(self.expr(if_true), e.type, "first branch", e)
                 self.same(self.expr(if_false), e.type, "second branch", e)
             case ir.Cast(value=value):
-                self.scalar(self.expr(value), "cast operand", e)
-                self.scalar(e.type, "cast", e)
+                self.cast(self.expr(value), e)
+            case ir.Construct(values=values):
+                self.construct(e, [self.expr(v) for v in values])
+            case ir.Field(value=value, name=name):
+                self.same(e.type, self.field_type(self.expr(value), name, e), f"field `{name}`",
+                          e)
             case ir.Load(array=array, indices=indices):
                 self.same(e.type, self.indexed(array, indices, e), f"load from `{array.name}`", e)
             case ir.ArrayDim(array=array, axis=axis):
@@ -247,7 +270,7 @@ class _Validator:
         arg_types = [self.expr(a) for a in e.args]
         spec = intrinsics[e.name]
         try:
-            params, result = spec.typing(arg_types)
+            params, result = typing_of(spec, arg_types)
         except IntrinsicTypeError as exc:
             self.fail(f"{e.name}: {exc}", e)
         self.require(list(params) == arg_types,
@@ -255,3 +278,51 @@ class _Validator:
         self.same(e.type, result, f"result of {e.name}", e)
         if spec.category == "atomic":
             self.require(isinstance(e.args[0], ir.Var), f"{e.name} of a non-variable array", e)
+
+    # ------------------------------------------------------------ records and vectors
+
+    def field_type(self, t: Type, name: str, node: ir.Expr | ir.Stmt) -> Type:
+        if isinstance(t, VectorType):
+            self.require(name in COMPONENTS[: t.n], f"{t} has no component `{name}`", node)
+            return t.elem
+        self.require(isinstance(t, (StructType, VariantType)), f"field `{name}` of a {t}", node)
+        ft = t.field_type(name)  # type: ignore[union-attr]
+        self.require(ft is not None, f"{t} has no field `{name}`", node)
+        return ft  # type: ignore[return-value]
+
+    def place(self, target: ir.Expr, node: ir.Stmt) -> None:
+        root = target
+        while isinstance(root, ir.Field):
+            root = root.value
+        self.require(isinstance(root, ir.Load) or (isinstance(root, ir.Var) and not isinstance(
+            root.type, ArrayType)), "field assignment to something other than a variable or "
+            "an array element", node)
+
+    def cast(self, src: Type, e: ir.Cast) -> None:
+        t = e.type
+        if isinstance(t, VectorType):
+            self.require(isinstance(src, VectorType) and src.n == t.n,
+                         f"cast of {src} to {t}", e)
+        elif isinstance(t, VariantType):
+            self.require(t.case_index(src) is not None, f"{src} is not a case of {t}", e)
+        else:
+            self.scalar(src, "cast operand", e)
+            self.scalar(t, "cast", e)
+
+    def construct(self, e: ir.Construct, values: list[Type]) -> None:
+        t = e.type
+        if isinstance(t, VectorType):
+            self.require(len(values) in (1, t.n), f"{t} from {len(values)} value(s)", e)
+            for v in values:
+                self.same(v, t.elem, f"component of {t}", e)
+            return
+        self.require(isinstance(t, StructType), f"construction of a {t}", e)
+        assert isinstance(t, StructType)
+        self.require(len(values) == len(t.fields), f"{t} from {len(values)} value(s)", e)
+        for v, (name, ft) in zip(values, t.fields):
+            self.same(v, ft, f"field `{name}` of {t}", e)
+
+
+def _element(t: Type) -> Type:
+    """A vector's element type; any other type itself."""
+    return t.elem if isinstance(t, VectorType) else t

@@ -1,0 +1,528 @@
+"""`lower_aggregates`: records, variants and vectors become scalars, for every backend.
+
+Every aggregate type has *leaves*: its scalar parts in a fixed order, each with a path, a
+scalar type and a byte offset in the type's NumPy layout (`leaves`). A variant's leaves are
+its tag, then every case's fields. The pass rewrites, in every function:
+
+- an aggregate local or parameter into one scalar local or parameter per leaf;
+- an array of aggregates into *views*: one array per scalar type among the leaves, with one
+  more dimension, over the same memory (`p: Particle[:]` of n records of 16 bytes is
+  `p_f32: f32[:, :]` of shape (n, 4)); a leaf of element `i` is `view[i, offset / size]`.
+  An `f32x4[:]` array is its (n, 4) host array itself. Shared and local arrays of
+  aggregates become one fixed-shape array per scalar type in the same way;
+- vector arithmetic, comparisons and math into one operation per component; `dot`,
+  `length`, `normalize`, `cross`, `all`, `any` into scalar arithmetic;
+- a variant stored to or loaded from an array into its tag and only the active case's
+  fields (an `if` on the tag), as the cases share memory.
+
+Kernel parameters made from an aggregate parameter carry a `ParamSource` saying how the
+launch computes them from the argument (the executor's `lowered_arguments`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...lang.errors import UnsupportedError
+from .. import nodes as ir
+from ..types import (
+    COMPONENTS,
+    ArrayType,
+    ScalarType,
+    StructType,
+    Type,
+    VariantType,
+    VectorType,
+    bool_,
+    i32,
+    is_aggregate,
+)
+from ..visit import walk
+from .common import all_functions, clone_program
+
+
+@dataclass(frozen=True)
+class Leaf:
+    path: tuple[str, ...]
+    type: ScalarType
+    offset: int
+
+
+@functools.cache
+def leaves(t: Type) -> tuple[Leaf, ...]:
+    """The scalar parts of a type in order (a scalar is its own single leaf)."""
+    if isinstance(t, ScalarType):
+        return (Leaf((), t, 0),)
+    if isinstance(t, VectorType):
+        size = t.elem.itemsize
+        return tuple(Leaf((c,), t.elem, k * size) for k, c in enumerate(COMPONENTS[: t.n]))
+    parts: list[tuple[str, Type]]
+    if isinstance(t, StructType):
+        parts = list(t.fields)
+    elif isinstance(t, VariantType):
+        parts = [("tag", i32), *((c.name, c) for c in t.cases)]
+    else:
+        raise TypeError(f"{t} has no leaves")
+    fields = t.dtype.fields
+    assert fields is not None
+    return tuple(Leaf((name, *leaf.path), leaf.type, fields[name][1] + leaf.offset)
+                 for name, ft in parts for leaf in leaves(ft))
+
+
+@functools.cache
+def field_range(t: Type, name: str) -> tuple[int, int]:
+    """The leaves of part `name` of `t` (a field, component, `tag` or case): [start, end)."""
+    indices = [k for k, leaf in enumerate(leaves(t)) if leaf.path[:1] == (name,)]
+    if isinstance(t, VariantType) and not indices:  # a case without fields
+        return (1, 1)
+    return (indices[0], indices[-1] + 1)
+
+
+def view_types(t: Type) -> list[ScalarType]:
+    """The scalar types of an aggregate's leaves, in order of first appearance."""
+    return list(dict.fromkeys(leaf.type for leaf in leaves(t)))
+
+
+def view_width(elem: Type, st: ScalarType) -> int:
+    """How many `st` values one element of `elem` spans (the view's last dimension)."""
+    return elem.dtype.itemsize // st.itemsize  # type: ignore[attr-defined]
+
+
+def lower_aggregates(program: ir.Program) -> ir.Program:
+    """A new program without records, variants and vectors (the input is unchanged); the
+    program itself when it has none."""
+    if not any(_uses_aggregates(f) for f in all_functions(program)):
+        return program
+    program = clone_program(program)
+    signatures = {f.name: f.params for f in program.functions}
+    for func in all_functions(program):
+        _FunctionLowering(func, signatures).run()
+    return program
+
+
+def _uses_aggregates(func: ir.Function) -> bool:
+    def aggregate(t: Type) -> bool:
+        return is_aggregate(t.elem if isinstance(t, ArrayType) else t)
+
+    types = [p.type for p in func.params] + list(func.locals.values())
+    return any(aggregate(t) for t in types) or any(
+        isinstance(n, ir.Expr) and aggregate(n.type) for n in walk(func.body))
+
+
+def _trivial(e: ir.Expr) -> bool:
+    return isinstance(e, (ir.Const, ir.Var))
+
+
+def _simple(e: ir.Expr) -> bool:
+    """Cheap and pure enough to evaluate more than once."""
+    if isinstance(e, ir.Load):
+        return all(_trivial(i) for i in e.indices)
+    if isinstance(e, ir.Cast):
+        return _simple(e.value)
+    return _trivial(e)
+
+
+@dataclass
+class Slot:
+    """One scalar part of a place: how to read it and how to write it."""
+
+    type: ScalarType
+    read: Callable[[], ir.Expr]
+    write: Callable[[ir.Expr], ir.Stmt]
+
+
+class _FunctionLowering:
+    def __init__(self, func: ir.Function, signatures: dict[str, list[ir.Param]]) -> None:
+        self.func = func
+        self.signatures = signatures  # device functions' original parameters
+        self.taken = {p.name for p in func.params} | set(func.locals)
+        self.scalars: dict[str, list[str]] = {}  # aggregate variable -> leaf variables
+        self.views: dict[str, dict[ScalarType, ir.Var]] = {}  # aggregate array -> views
+        self.pre: list[ir.Stmt] = []
+        self.loc: ir.Loc | None = func.loc
+
+    def fresh(self, base: str) -> str:
+        name, n = base, 1
+        while name in self.taken:
+            name, n = f"{base}_{n}", n + 1
+        self.taken.add(name)
+        return name
+
+    def temp(self, value: ir.Expr) -> ir.Var:
+        name = self.fresh("_agg")
+        self.func.locals[name] = value.type
+        self.pre.append(ir.Assign(name, value, loc=self.loc))
+        return ir.Var(value.type, name, loc=value.loc)
+
+    # ------------------------------------------------------------ declarations
+
+    def run(self) -> None:
+        func = self.func
+        params: list[ir.Param] = []
+        lowered_params = False
+        for index, p in enumerate(func.params):
+            new = self.split(p.name, p.type)
+            lowered_params |= new is not None
+            for name, t, offset in new or [(p.name, p.type, 0)]:
+                source = ir.ParamSource(index, offset) if func.is_kernel else None
+                params.append(ir.Param(name, t, source))
+        if not lowered_params:
+            params = [dataclasses.replace(p, source=None) for p in params]
+        local_types: dict[str, Type] = {}
+        for name, t in func.locals.items():
+            new = self.split(name, t)
+            for leaf_name, leaf_type, _ in new or [(name, t, 0)]:
+                local_types[leaf_name] = leaf_type
+        func.params = params
+        func.locals = local_types
+        func.body = self.body(func.body)
+
+    def split(self, name: str, t: Type) -> list[tuple[str, Type, int]] | None:
+        """The scalar variables (name, type, byte offset) an aggregate variable becomes."""
+        if isinstance(t, ArrayType) and is_aggregate(t.elem):
+            out: list[tuple[str, Type, int]] = []
+            views: dict[ScalarType, ir.Var] = {}
+            for st in view_types(t.elem):
+                width = view_width(t.elem, st)
+                shape = None if t.shape is None else (*t.shape, width)
+                vt = ArrayType(st, t.ndim + 1, t.space, shape)
+                view = self.fresh(f"{name}_{st.name}")
+                views[st] = ir.Var(vt, view)
+                out.append((view, vt, 0))
+            self.views[name] = views
+            if not out:
+                raise UnsupportedError(f"'{name}' is an array of records without fields",
+                                       self.func.loc)
+            return out
+        if not is_aggregate(t):
+            return None
+        names = [self.fresh("_".join((name, *leaf.path))) for leaf in leaves(t)]
+        self.scalars[name] = names
+        return [(n, leaf.type, leaf.offset) for n, leaf in zip(names, leaves(t))]
+
+    # ------------------------------------------------------------ statements
+
+    def body(self, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for s in stmts:
+            saved, self.pre = self.pre, []
+            self.loc = s.loc or self.loc
+            lowered = self.stmt(s)
+            out += self.pre + lowered
+            self.pre = saved
+        return out
+
+    def stmt(self, s: ir.Stmt) -> list[ir.Stmt]:
+        match s:
+            case ir.Assign(target=target, value=value) if target in self.scalars:
+                slots = self.var_slots(target, value.type)
+                return self.write(slots, value, {target})
+            case ir.Store(array=array, indices=indices, value=value) if array.name in self.views:
+                index = [self.bound(i) for i in indices]
+                return self.store(array, index, value)
+            case ir.SetField():
+                place = self.resolve(s.target)
+                assert place is not None, "SetField of something other than a place"
+                slots, roots = self.place_slots(s.target)
+                lo, hi = field_range(s.target.type, s.name)
+                return self.write(slots[place[1] + lo:place[1] + hi], s.value, roots)
+            case ir.While(cond=cond, body=body):
+                test = self.scalar(cond)
+                if not self.pre:
+                    return [ir.While(test, self.body(body), loc=s.loc)]
+                pre, self.pre = self.pre, []  # re-evaluated before every iteration
+                stop = ir.If(ir.UnaryOp(bool_, "not", test), [ir.Break(loc=s.loc)], loc=s.loc)
+                return [ir.While(ir.Const(bool_, True), [*pre, stop, *self.body(body)],
+                                 loc=s.loc)]
+            case ir.Return(value=value) if value is not None and is_aggregate(value.type):
+                raise UnsupportedError("device functions return scalars", s.loc)
+        for f in dataclasses.fields(s):
+            value = getattr(s, f.name)
+            if isinstance(value, ir.Expr):
+                setattr(s, f.name, self.scalar(value))
+            elif isinstance(value, list) and value and isinstance(value[0], ir.Expr):
+                setattr(s, f.name, [self.scalar(v) for v in value])
+            elif isinstance(value, list) and value and isinstance(value[0], ir.Stmt):
+                setattr(s, f.name, self.body(value))
+        return [s]
+
+    def write(self, slots: list[Slot], value: ir.Expr, roots: set[str]) -> list[ir.Stmt]:
+        """Assign a value's leaves to slots; leaves reading the written variables or arrays
+        are computed first (`p = Particle(p.y, p.x)`)."""
+        values = self.parts(value)
+        reads = {n.name for v in values for n in walk(v) if isinstance(n, ir.Var)}
+        if len(values) > 1 and reads & (roots | {n for r in roots for n in self.scalars.get(r, [])}
+                    | {v.name for r in roots for v in self.views.get(r, {}).values()}):
+            values = [v if isinstance(v, ir.Const) else self.temp(v) for v in values]
+        return [slot.write(v) for slot, v in zip(slots, values)
+                if not (isinstance(v, ir.Var) and v.name == getattr(slot.read(), "name", None))]
+
+    def store(self, array: ir.Var, index: list[ir.Expr], value: ir.Expr) -> list[ir.Stmt]:
+        """`array[index] = value` for an aggregate element; variants write their tag and the
+        active case's fields only."""
+        slots = self.element_slots(array, index)
+        t = value.type
+        if not isinstance(t, VariantType):
+            return self.write(slots, value, {array.name})
+        if isinstance(value, ir.Cast) and t.case_index(value.value.type) is not None:
+            case = t.cases[t.case_index(value.value.type)]  # type: ignore[index]
+            start, end = field_range(t, case.name)
+            out = [slots[0].write(ir.Const(i32, t.case_index(case)))]
+            return out + self.write(slots[start:end], value.value, {array.name})
+        values = [v if _trivial(v) else self.temp(v) for v in self.parts(value)]
+        out = [slots[0].write(values[0])]
+        for k, case in enumerate(t.cases):
+            start, end = field_range(t, case.name)
+            if start == end:
+                continue
+            active = ir.Compare(bool_, "==", values[0], ir.Const(i32, k), loc=self.loc)
+            out.append(ir.If(active, [slot.write(v) for slot, v in zip(slots[start:end],
+                                                                        values[start:end])],
+                             loc=self.loc))
+        return out
+
+    # ------------------------------------------------------------ places
+
+    def var_slots(self, name: str, t: Type) -> list[Slot]:
+        def slot(leaf_name: str, st: ScalarType) -> Slot:
+            return Slot(st, lambda: ir.Var(st, leaf_name, loc=self.loc),
+                        lambda v: ir.Assign(leaf_name, v, loc=self.loc))
+
+        return [slot(n, leaf.type) for n, leaf in zip(self.scalars[name], leaves(t))]
+
+    def element_slots(self, array: ir.Var, index: list[ir.Expr]) -> list[Slot]:
+        t = array.type
+        assert isinstance(t, ArrayType)
+        views = self.views[array.name]
+
+        def slot(leaf: Leaf) -> Slot:
+            view = views[leaf.type]
+            at = [*index, ir.Const(i32, leaf.offset // leaf.type.itemsize)]
+            return Slot(leaf.type, lambda: ir.Load(leaf.type, view, list(at), loc=self.loc),
+                        lambda v: ir.Store(view, list(at), v, loc=self.loc))
+
+        return [slot(leaf) for leaf in leaves(t.elem)]
+
+    def bound(self, index: ir.Expr) -> ir.Expr:
+        """An index used by several leaves, evaluated once."""
+        index = self.scalar(index)
+        return index if _trivial(index) else self.temp(index)
+
+    def resolve(self, e: ir.Expr) -> tuple[ir.Expr, int, int] | None:
+        """A place as (its root, a Var or Load, and the range of the root's leaves it is)."""
+        if isinstance(e, ir.Field):
+            inner = self.resolve(e.value)
+            if inner is None:
+                return None
+            root, start, _ = inner
+            lo, hi = field_range(e.value.type, e.name)
+            return root, start + lo, start + hi
+        if isinstance(e, ir.Var) and e.name in self.scalars:
+            return e, 0, len(leaves(e.type))
+        if isinstance(e, ir.Load) and e.array.name in self.views:
+            return e, 0, len(leaves(e.type))
+        return None
+
+    def place_slots(self, e: ir.Expr) -> tuple[list[Slot], set[str]]:
+        """The slots of a place expression's root (callers take their range) and its root
+        variable's name."""
+        place = self.resolve(e)
+        assert place is not None, "not a place"
+        root = place[0]
+        if isinstance(root, ir.Var):
+            return self.var_slots(root.name, root.type), {root.name}
+        assert isinstance(root, ir.Load)
+        index = [self.bound(i) for i in root.indices]
+        return self.element_slots(root.array, index), {root.array.name}
+
+    # ------------------------------------------------------------ values
+
+    def parts(self, e: ir.Expr) -> list[ir.Expr]:
+        """The leaves of a value, lowered (a scalar value is its own single leaf)."""
+        if not (is_aggregate(e.type) or isinstance(e, ir.Field)):
+            return [self.scalar(e)]
+        t = e.type
+        place = self.resolve(e)
+        if place is not None:
+            root, start, end = place
+            if isinstance(root, ir.Load) and isinstance(root.type, VariantType):
+                return self.load_variant(root)[start:end]
+            if isinstance(root, ir.Load) and end - start == 1:  # one leaf: no index temps
+                index = [self.scalar(i) for i in root.indices]
+                return [self.element_slots(root.array, index)[start].read()]
+            slots = self.place_slots(root)[0] if isinstance(root, ir.Load) else \
+                self.var_slots(root.name, root.type)  # type: ignore[attr-defined]
+            return [slot.read() for slot in slots[start:end]]
+        match e:
+            case ir.Field(value=value, name=name):
+                start, end = field_range(value.type, name)
+                return self.parts(value)[start:end]
+            case ir.Construct(values=[value]) if isinstance(t, VectorType):
+                return [self.shared(self.scalar(value))] * t.n
+            case ir.Construct(values=values):
+                return [p for v in values for p in self.parts(v)]
+            case ir.Cast(value=value) if isinstance(t, VariantType):
+                k = t.case_index(value.type)
+                out: list[ir.Expr] = [ir.Const(i32, k)]
+                for case in t.cases:
+                    out += self.parts(value) if case == value.type else [
+                        _zero(leaf.type) for leaf in leaves(case)]
+                return out
+            case ir.Cast(value=value):
+                assert isinstance(t, VectorType)
+                return [self.cast(p, t.elem) for p in self.parts(value)]
+            case ir.BinOp(op=op, left=left, right=right):
+                return [ir.BinOp(_elem(t), op, a, b, loc=e.loc)
+                        for a, b in zip(self.parts(left), self.parts(right))]
+            case ir.Compare(op=op, left=left, right=right):
+                return [ir.Compare(bool_, op, a, b, loc=e.loc)
+                        for a, b in zip(self.parts(left), self.parts(right))]
+            case ir.UnaryOp(op=op, operand=operand):
+                return [ir.UnaryOp(_elem(t), op, a, loc=e.loc) for a in self.parts(operand)]
+            case ir.IntrinsicCall(name="normalize", args=[v]):
+                comps = [self.shared(c) for c in self.parts(v)]
+                norm = self.shared(self.intrinsic("sqrt", [_sum_of_squares(comps)]))
+                return [ir.BinOp(c.type, "/", c, norm, loc=e.loc) for c in comps]
+            case ir.IntrinsicCall(name="cross", args=[a, b]):
+                (ax, ay, az), (bx, by, bz) = ([self.shared(c) for c in self.parts(v)]
+                                              for v in (a, b))
+                return [_minus(ay, bz, az, by), _minus(az, bx, ax, bz), _minus(ax, by, ay, bx)]
+            case ir.IntrinsicCall(name=name, args=args):  # element-wise math
+                columns = zip(*(self.parts(a) for a in args))
+                return [ir.IntrinsicCall(_elem(t), name, list(col), loc=e.loc)
+                        for col in columns]
+        raise UnsupportedError(f"{type(e).__name__} of type {t} is not supported here", e.loc)
+
+    def load_variant(self, load: ir.Load) -> list[ir.Expr]:
+        """A variant read from an array: the tag, then only the active case's fields."""
+        t = load.type
+        assert isinstance(t, VariantType)
+        index = [self.bound(i) for i in load.indices]
+        slots = self.element_slots(load.array, index)
+        tag = self.temp(slots[0].read())
+        values: list[ir.Expr] = [tag]
+        for k, case in enumerate(t.cases):
+            start, end = field_range(t, case.name)
+            temps = [self.temp(_zero(slot.type)) for slot in slots[start:end]]
+            values += temps
+            if temps:
+                active = ir.Compare(bool_, "==", tag, ir.Const(i32, k), loc=self.loc)
+                reads = [ir.Assign(v.name, slot.read(), loc=self.loc)
+                         for v, slot in zip(temps, slots[start:end])]
+                self.pre.append(ir.If(active, reads, loc=self.loc))
+        return values
+
+    def shared(self, e: ir.Expr) -> ir.Expr:
+        """A value used several times: itself when cheap and pure, else a temporary."""
+        return e if _simple(e) else self.temp(e)
+
+    def cast(self, e: ir.Expr, t: ScalarType) -> ir.Expr:
+        return e if e.type == t else ir.Cast(t, e, loc=e.loc)
+
+    def intrinsic(self, name: str, args: list[ir.Expr]) -> ir.Expr:
+        return ir.IntrinsicCall(args[0].type, name, args, loc=self.loc)
+
+    # ------------------------------------------------------------ scalar expressions
+
+    def scalar(self, e: ir.Expr) -> ir.Expr:
+        """A scalar expression with its aggregate sub-expressions lowered."""
+        match e:
+            case ir.Field():
+                (value,) = self.parts(e)
+                return value
+            case ir.IntrinsicCall(name="dot", args=[a, b]):
+                products = [ir.BinOp(e.type, "*", x, y, loc=e.loc)
+                            for x, y in zip(self.parts(a), self.parts(b))]
+                return _sum(products)
+            case ir.IntrinsicCall(name="length", args=[v]):
+                comps = [self.shared(c) for c in self.parts(v)]
+                return self.intrinsic("sqrt", [_sum_of_squares(comps)])
+            case ir.IntrinsicCall(name="all" | "any" as name, args=[v]):
+                return ir.BoolOp(bool_, "and" if name == "all" else "or", self.parts(v),
+                                 loc=e.loc)
+            case ir.ArrayDim(array=array) if array.name in self.views:
+                first = next(iter(self.views[array.name].values()))
+                return ir.ArrayDim(i32, first, e.axis, loc=e.loc)
+            case ir.Call(func=func, args=args):
+                return ir.Call(e.type, func, self.call_args(func, args), loc=e.loc)
+            case ir.BoolOp(op=op, values=[first, *rest]):
+                return self.bool_op(e, op, first, rest)
+            case ir.Select(cond=cond, if_true=if_true, if_false=if_false):
+                return self.select(e, cond, if_true, if_false)
+        for f in dataclasses.fields(e):
+            value = getattr(e, f.name)
+            if isinstance(value, ir.Expr):
+                setattr(e, f.name, self.scalar(value))
+            elif isinstance(value, list) and value and isinstance(value[0], ir.Expr):
+                setattr(e, f.name, [self.scalar(v) for v in value])
+        return e
+
+    def call_args(self, func: str, args: list[ir.Expr]) -> list[ir.Expr]:
+        out: list[ir.Expr] = []
+        for a, p in zip(args, self.signatures[func]):
+            if isinstance(p.type, ArrayType) and is_aggregate(p.type.elem):
+                assert isinstance(a, ir.Var)
+                out += list(self.views[a.name].values())
+            else:
+                out += self.parts(a)
+        return out
+
+    def conditional(self, e: ir.Expr) -> tuple[ir.Expr, list[ir.Stmt]]:
+        """A lowered operand evaluated only sometimes, and the statements it needs first."""
+        saved, self.pre = self.pre, []
+        value = self.scalar(e)
+        pre, self.pre = self.pre, saved
+        return value, pre
+
+    def bool_op(self, e: ir.BoolOp, op: str, first: ir.Expr, rest: list[ir.Expr]) -> ir.Expr:
+        """`a and b`; when `b` needs statements first, `t = a; if t: ...; t = b`."""
+        head = self.scalar(first)
+        lowered = [self.conditional(v) for v in rest]
+        if not any(pre for _, pre in lowered):
+            return ir.BoolOp(bool_, op, [head, *(v for v, _ in lowered)], loc=e.loc)
+        result = self.temp(head)
+        for value, pre in lowered:
+            test: ir.Expr = result if op == "and" else ir.UnaryOp(bool_, "not", result)
+            self.pre.append(ir.If(test, [*pre, ir.Assign(result.name, value, loc=self.loc)],
+                                  loc=self.loc))
+        return result
+
+    def select(self, e: ir.Select, cond: ir.Expr, if_true: ir.Expr,
+               if_false: ir.Expr) -> ir.Expr:
+        test = self.scalar(cond)
+        (a, pre_a), (b, pre_b) = self.conditional(if_true), self.conditional(if_false)
+        if not pre_a and not pre_b:
+            return ir.Select(e.type, test, a, b, loc=e.loc)
+        result = self.temp(_zero(e.type))  # type: ignore[arg-type]
+        self.pre.append(ir.If(test, [*pre_a, ir.Assign(result.name, a, loc=self.loc)],
+                              [*pre_b, ir.Assign(result.name, b, loc=self.loc)], loc=self.loc))
+        return result
+
+
+def _zero(t: ScalarType) -> ir.Const:
+    return ir.Const(t, False if t.is_bool else 0.0 if t.is_float else 0)
+
+
+def _elem(t: Type) -> ScalarType:
+    assert isinstance(t, VectorType)
+    return t.elem
+
+
+def _sum(values: list[ir.Expr]) -> ir.Expr:
+    total = values[0]
+    for v in values[1:]:
+        total = ir.BinOp(total.type, "+", total, v, loc=v.loc)
+    return total
+
+
+def _sum_of_squares(comps: list[ir.Expr]) -> ir.Expr:
+    return _sum([ir.BinOp(c.type, "*", c, c, loc=c.loc) for c in comps])
+
+
+def _minus(a: ir.Expr, b: ir.Expr, c: ir.Expr, d: ir.Expr) -> ir.Expr:
+    """a * b - c * d"""
+    return ir.BinOp(a.type, "-", ir.BinOp(a.type, "*", a, b), ir.BinOp(a.type, "*", c, d))
+
