@@ -10,6 +10,7 @@ from conftest import marked_line, run_python
 
 import kiln
 from kiln import f32, f64, i32, i64, u32
+from kiln.codegen import compile_error
 
 opencl_entry = next(e for e in kiln.backends() if e.name == "opencl")
 pytestmark = pytest.mark.skipif(not opencl_entry.available,
@@ -239,6 +240,18 @@ def test_build_errors_point_at_the_users_line(dev):
     assert info.value.loc is not None and info.value.loc.line == line
     assert info.value.loc.file == __file__
     assert "undefined_name" in str(info.value)
+
+
+def test_unnamed_diagnostics_map_through_line_directives():
+    """NVIDIA's log names no file and counts physical lines: kiln applies `#line` itself."""
+    from kiln.backends.opencl.build import normalize_log
+
+    line = marked_line(test_unnamed_diagnostics_map_through_line_directives)
+    source = (f'__kernel void k(__global float *a) {{\n#line {line} "{__file__}"\n'
+              '    a[0] = undefined_name;\n#line 4 "<kiln>"\n}}\n')  # error
+    log = ":3:12: error: use of undeclared identifier 'undefined_name'\n"
+    error = compile_error(normalize_log(log, source), source, "OpenCL")
+    assert error.loc is not None and (error.loc.file, error.loc.line) == (__file__, line)
 
 
 def test_missing_fp64_is_a_device_feature_error(dev):

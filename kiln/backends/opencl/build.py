@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...codegen.diagnostics import compile_error
+from ...codegen.emitter import GENERATED_FILE
 from ...framework.buildenv import BuildEnv
 from ...framework.cache import CacheEntry, cache_key
 from .runtime import CLDevice, import_pyopencl
@@ -27,7 +28,10 @@ CORRECT_DIVISION = "-cl-fp32-correctly-rounded-divide-sqrt"
 NVIDIA's driver uses that: `3.0 / 3.0` could floor to 0); where the device supports it."""
 
 _POCL_DIAGNOSTIC = re.compile(r"^error: (.+?:\d+:\d+): ", re.MULTILINE)
-"""PoCL writes `error: FILE:LINE:COL: message`; clang and NVIDIA `FILE:LINE:COL: error: ...`."""
+"""PoCL writes `error: FILE:LINE:COL: message`; clang `FILE:LINE:COL: error: message`."""
+_UNNAMED_DIAGNOSTIC = re.compile(r"^:(\d+):(\d+): ", re.MULTILINE)
+"""NVIDIA writes `:LINE:COL: error: message`: an unnamed source, physical lines (#line unused)."""
+_LINE_DIRECTIVE = re.compile(r'^#line (\d+)(?: "(.*)")?$')
 
 
 def build_env(handle: CLDevice, options: dict[str, Any]) -> BuildEnv:
@@ -86,10 +90,41 @@ def build_from_source(handle: CLDevice, source: str, flags: list[str]) -> Built:
         program = cl.Program(handle.context, source).build(
             options=flags, devices=[handle.device], cache_dir=False)
     except cl.Error as exc:
-        log = _POCL_DIAGNOSTIC.sub(r"\1: error: ", str(exc))
+        log = normalize_log(str(exc), source)
         compiler = f"OpenCL ({handle.platform.name.strip()}, {handle.device.name.strip()})"
         raise compile_error(log, source, compiler) from None
     return _single_kernel(program)
+
+
+def normalize_log(log: str, source: str) -> str:
+    """A build log in clang's `FILE:LINE:COL: error: ...` form, at `#line` locations."""
+    log = _POCL_DIAGNOSTIC.sub(r"\1: error: ", log)
+    if not _UNNAMED_DIAGNOSTIC.search(log):
+        return log
+    presumed = presumed_lines(source)
+
+    def locate(m: re.Match[str]) -> str:
+        physical = int(m[1])
+        if not 0 < physical <= len(presumed):
+            return m[0]
+        file, line = presumed[physical - 1]
+        return f"{file}:{line}:{m[2]}: "
+
+    return _UNNAMED_DIAGNOSTIC.sub(locate, log)
+
+
+def presumed_lines(source: str) -> list[tuple[str, int]]:
+    """(file, line) of each physical line of `source`, as its `#line` directives say."""
+    out: list[tuple[str, int]] = []
+    file, line = GENERATED_FILE, 1
+    for text in source.splitlines():
+        out.append((file, line))
+        directive = _LINE_DIRECTIVE.match(text)
+        if directive:
+            line, file = int(directive[1]), directive[2] or file
+        else:
+            line += 1
+    return out
 
 
 def build_from_binary(handle: CLDevice, binary: bytes, flags: list[str]) -> Built | None:
