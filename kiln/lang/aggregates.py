@@ -252,10 +252,7 @@ class AggregateBuilder:
             subject = ir.Var(t, name, loc=subject.loc)
         arms: list[tuple[int, list[ir.Stmt]]] = []
         fallback: list[ir.Stmt] | None = None
-        for case in node.cases:
-            if fallback is not None:
-                raise KernelError("this case is unreachable: `case _` before it matches "
-                                  "everything", self.loc(case.pattern))
+        for case in node.cases:  # Python itself rejects cases after `case _`
             if case.guard is not None:
                 raise UnsupportedError("case guards (`case ... if ...`) are not supported",
                                        self.loc(case.guard))

@@ -365,9 +365,9 @@ class FunctionBuilder(AggregateBuilder):
         if len(call.args) != 2 or call.keywords:
             raise ArityError(f"kiln.{fn.name}(dtype, shape) takes 2 arguments", loc)
         elem = annotation_type(self.resolver, call.args[0], self.loc(call.args[0]))
-        if not isinstance(elem, ScalarType):
-            raise KernelTypeError("the element type must be a scalar type such as f32",
-                                  self.loc(call.args[0]))
+        if not is_value_type(elem):
+            raise KernelTypeError("the element type must be a scalar, vector, record or "
+                                  "variant type such as f32", self.loc(call.args[0]))
         shape = self.constant_shape(call.args[1], fn.name)
         t = ArrayType(elem, len(shape), space, shape)
         if name in self.param_names or (name in self.local_types

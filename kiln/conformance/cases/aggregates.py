@@ -177,6 +177,21 @@ def vector_copy(src: f32x4[:], dst: f32x4[:], scale: f32, n: i32):
         dst[i] = src[i] * scale
 
 
+@kiln.kernel
+def block_records(out: f32[:], n: i32):
+    """Records in shared memory and vectors in private arrays."""
+    s = kiln.shared(Circle, BLOCK)
+    private = kiln.local(f32x3, 4)
+    t = kiln.thread_idx.x
+    s[t] = Circle(f32(kiln.global_id(0)))
+    for j in range(4):
+        private[j] = f32x3(f32(j), 1.0, 2.0)
+    kiln.barrier()
+    i = kiln.global_id(0)
+    if i < n:
+        out[i] = s[BLOCK - 1 - t].r + private[3].x + kiln.dot(private[1], private[2])
+
+
 # ---------------------------------------------------------------- cases
 
 
@@ -327,3 +342,14 @@ def vector_copies(device: kiln.Device) -> None:
     dst = kiln.zeros(n, f32x4, device)
     run(device, vector_copy, blocks(n, BLOCK), BLOCK, src, dst, np.float32(3.0), n)
     assert_close(dst.numpy(), src.numpy() * 3, "scaled f32x4 copy")
+
+
+@case()
+def block_arrays_of_records(device: kiln.Device) -> None:
+    """Records: shared arrays of records and private arrays of vectors"""
+    n = 200
+    out = np.zeros(n, np.float32)
+    run(device, block_records, blocks(n, BLOCK), BLOCK, out, n)
+    i = np.arange(n)
+    mirrored = i - i % BLOCK + BLOCK - 1 - i % BLOCK
+    assert_equal(out, (mirrored + 3 + 7).astype(np.float32), "shared records")

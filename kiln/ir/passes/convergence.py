@@ -133,6 +133,13 @@ class FunctionVariance:
         match s:
             case ir.Assign(target=target, value=value):
                 self.assign(target, max(self.expr(value, control), control.variance))
+            case ir.SetField(target=target, value=value):
+                variance = max(self.expr(target, control), self.expr(value, control))
+                root = target
+                while isinstance(root, ir.Field):
+                    root = root.value
+                if isinstance(root, ir.Var):  # a field of a local: the local varies with it
+                    self.assign(root.name, max(variance, control.variance))
             case ir.If(cond=cond, then=then, orelse=orelse):
                 inner = control.join(self.expr(cond, control), f"the `if`{line}")
                 return self.block(then, inner).join(self.block(orelse, inner))
