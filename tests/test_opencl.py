@@ -242,6 +242,33 @@ def test_build_errors_point_at_the_users_line(dev):
     assert "undefined_name" in str(info.value)
 
 
+@kiln.kernel
+def native_ok(x: f32[:], y: f32[:]):
+    i = kiln.global_id(0)
+    v = x[i]  # noqa: F841 - read by the native code
+    r: f32 = 0
+    kiln.native(opencl="{r} = native_sqrt({v});", c="{r} = sqrtf({v});")
+    y[i] = r
+
+
+@kiln.kernel
+def native_bad(x: f32[:]):
+    v = x[0]
+    kiln.native(opencl="{v} = not_a_function({v});", c="")  # error
+    x[0] = v
+
+
+def test_native_opencl_code(dev):
+    x = np.array([4.0, 9.0], np.float32)
+    y = np.zeros(2, np.float32)
+    native_ok[1, 2](x, y)
+    dev.synchronize()
+    np.testing.assert_allclose(y, [2, 3], rtol=1e-6)
+    with pytest.raises(kiln.BackendCompileError, match="not_a_function") as info:
+        native_bad.compile(dev)
+    assert info.value.line == marked_line(native_bad)
+
+
 def test_unnamed_diagnostics_map_through_line_directives():
     """NVIDIA's log names no file and counts physical lines: kiln applies `#line` itself."""
     from kiln.backends.opencl.build import normalize_log
