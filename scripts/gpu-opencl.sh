@@ -60,8 +60,15 @@ for dev in $(opencl_devices); do
         echo
         echo "## kiln check $dev (exit status $rc)"
         echo '```'
+        "$PY" -c "import kiln; print(kiln.device('$dev').handle.identity)"
         grep -E "failed|error|Error|skipped" "$log" | grep -v "^│.*│ passed │" | head -40
         tail -1 "$log"
+        if [ $rc -ge 128 ]; then  # the driver killed the process: find the cases that do it
+            echo "cases that end the process when run alone:"
+            "$PY" -c "from kiln.conformance import all_cases
+print('\n'.join(c.name for c in all_cases()))" | xargs -P 8 -I{} sh -c \
+                "'$PY' -m kiln check '$dev' -k '{}' >/dev/null 2>&1; [ \$? -ge 128 ] && echo '  {}'"
+        fi
         echo '```'
     } >> "$summary"
 done
