@@ -748,19 +748,27 @@ def test_supported_features_pass() -> None:
 # ---------------------------------------------------------------- pipelines
 
 
+class FakeBackend:
+    name = "fake"
+    supports_recursion = True
+
+
 class FakeDevice:
-    """What pipeline_for reads from a device: its capabilities."""
+    """What pipeline_for reads from a device: its capabilities and backend."""
 
     capabilities = caps(fp64=False)
+    backend = FakeBackend()
 
 
 def test_pipelines() -> None:
     assert default_pipeline() == [lower_aggregates, fold_constants, remove_dead_code]
     assert pipeline_for(None) == default_pipeline()
-    assert pipeline_for(None, inline=True) == [*default_pipeline(), inline_functions]
+    inlining = pipeline_for(None, inline=True)  # recursion bounded ([1]) before inlining
+    assert [inlining[0], *inlining[2:]] == [*default_pipeline(), inline_functions]
+    assert pipeline_for(FakeDevice())[2:] == default_pipeline()[1:]  # type: ignore[arg-type]
     passes = pipeline_for(FakeDevice(), inline=True)  # type: ignore[arg-type]
     assert passes[0] is lower_aggregates
-    assert passes[2:] == [fold_constants, remove_dead_code, inline_functions]
+    assert passes[3:] == [fold_constants, remove_dead_code, inline_functions]
     with pytest.raises(kiln.DeviceFeatureError):
         passes[1](uses_f64.program((f32[:],)))
 

@@ -107,6 +107,9 @@ class Backend(ABC):
     execution_model: ClassVar[ExecutionModel]
     intrinsic_namespaces: ClassVar[tuple[str, ...]] = ()
     """Where this backend's intrinsic implementations live in the registry, most specific first."""
+    supports_recursion: ClassVar[bool] = False
+    """Whether device functions may call themselves (directly or through others) natively;
+    where not, the shared pipeline inlines recursion to the depth the user sets."""
 
     @abstractmethod
     def availability(self) -> Availability:

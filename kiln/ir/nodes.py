@@ -276,7 +276,9 @@ class Function:
     """A kernel (`is_kernel`, returns void) or a device function.
 
     `locals` maps every local variable (not parameters) to its type; shared and local
-    arrays appear there with their `ArrayType` (space and shape set).
+    arrays appear there with their `ArrayType` (space and shape set). `max_depth` is the
+    recursion depth the user allows (`@kiln.func(max_depth=N)`), for backends that cannot
+    recurse and inline recursive functions that many levels deep.
     """
 
     name: str
@@ -286,6 +288,7 @@ class Function:
     locals: dict[str, Type]
     is_kernel: bool = False
     loc: Loc | None = None
+    max_depth: int | None = None
 
     def var_type(self, name: str) -> Type:
         for p in self.params:

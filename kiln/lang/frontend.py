@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 from ..framework.intrinsics import IntrinsicTypeError, intrinsics, typing_of
 from ..ir import nodes as ir
 from ..ir.enums import MemorySpace
+from ..ir.passes.fold import fold_expression
 from ..ir.types import (
     SCALAR_BY_DTYPE,
     ArrayType,
@@ -59,6 +61,7 @@ BINOPS = {
     ast.BitOr: "|", ast.BitXor: "^",
 }
 CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+MAX_NESTED_SPECIALIZATIONS = 64
 UNSUPPORTED_STATEMENTS = {
     ast.Try: "`try` statements", ast.With: "`with` statements", ast.Raise: "`raise`",
     ast.FunctionDef: "nested functions (closures)", ast.ClassDef: "class definitions",
@@ -86,7 +89,7 @@ class ProgramContext:
     def __init__(self) -> None:
         self.functions: dict[tuple[Any, tuple[Type, ...]], ir.Function] = {}
         self.order: list[ir.Function] = []
-        self.building: set[tuple[Any, tuple[Type, ...]]] = set()
+        self.building: dict[tuple[Any, tuple[Type, ...]], FunctionBuilder] = {}
         self.names: set[str] = set()
 
     def unique_name(self, base: str, types: tuple[Type, ...]) -> str:
@@ -103,7 +106,7 @@ class ProgramContext:
 def _type_tag(t: Type) -> str:
     if isinstance(t, ArrayType):
         return f"{t.elem.name}a{t.ndim}"
-    return repr(t)
+    return re.sub(r"\W+", "_", repr(t)).strip("_")  # constexpr(2) -> constexpr_2
 
 
 def parameter_types(pyfunc: Callable[..., Any]) -> list[tuple[str, Type | None]]:
@@ -206,6 +209,8 @@ class FunctionBuilder(AggregateBuilder):
         out: list[ir.Stmt] = []
         for s in stmts:
             out.extend(self.stmt(s))
+            if out and isinstance(out[-1], (ir.Return, ir.Break, ir.Continue)):
+                break  # what follows is unreachable (also after an `if` on constants)
         return out
 
     def stmt(self, node: ast.stmt) -> list[ir.Stmt]:
@@ -455,6 +460,9 @@ class FunctionBuilder(AggregateBuilder):
 
     def stmt_If(self, node: ast.If) -> list[ir.Stmt]:
         cond = self.truth(self.expr(node.test), node.test)
+        static = fold_expression(cond)
+        if isinstance(static, ir.Const):  # a compile-time condition: build the branch taken
+            return self.block(node.body if static.value else node.orelse)
         return [ir.If(cond, self.block(node.body), self.block(node.orelse), loc=self.loc(node))]
 
     def stmt_While(self, node: ast.While) -> list[ir.Stmt]:
@@ -600,7 +608,7 @@ class FunctionBuilder(AggregateBuilder):
         if self.is_kernel:
             raise KernelTypeError("kernels cannot return a value; write results to an array",
                                   self.loc(node.value))
-        if self.is_self_call(node.value):
+        if self.is_tail_call(node.value):
             return self.tail_call(node.value)
         value = self.expr(node.value)
         if not isinstance(value.type, ScalarType):
@@ -624,31 +632,35 @@ class FunctionBuilder(AggregateBuilder):
             return False
         return getattr(self.resolver.try_resolve(node.func), "pyfunc", None) is self.pyfunc
 
+    def is_tail_call(self, node: ast.expr) -> bool:
+        """`return f(args)` inside `f`, outside loops, with positional arguments, the same
+        constexpr values and the array parameters passed unchanged. Any other call of `f`
+        by itself is recursion (see `specialize_function`)."""
+        params = self.parsed.tree.args.args
+        if not self.is_self_call(node) or self.loop_depth:
+            return False
+        assert isinstance(node, ast.Call)
+        if node.keywords or len(node.args) != len(params):
+            return False
+        for a_node, a in zip(node.args, params):
+            if a.arg in self.constants and self.constant(a_node) != self.constants[a.arg]:
+                return False
+            if isinstance(self.param_names.get(a.arg), ArrayType) and not (
+                    isinstance(a_node, ast.Name) and a_node.id == a.arg):
+                return False
+        return True
+
     def tail_call(self, call: ast.Call) -> list[ir.Stmt]:
         """`return f(args)` inside `f`: rebind the parameters and jump back to the top
         (the body is wrapped in a loop by `build`)."""
         loc = self.loc(call)
-        if self.loop_depth:
-            raise UnsupportedError("a recursive call inside a loop is not supported; only "
-                                   "tail calls outside loops become loops", loc)
-        if call.keywords or len(call.args) != len(self.parsed.tree.args.args):
-            raise ArityError(f"{self.name} takes {len(self.parsed.tree.args.args)} "
-                             "positional argument(s)", loc)
         out: list[ir.Stmt] = []
         rebinds: list[ir.Stmt] = []
         for a_node, a in zip(call.args, self.parsed.tree.args.args):
-            if a.arg in self.constants:
-                if self.constant(a_node) != self.constants[a.arg]:
-                    raise UnsupportedError("a tail call must pass the same constexpr values",
-                                           self.loc(a_node))
-                continue
-            ptype = self.param_names[a.arg]
+            ptype = self.param_names.get(a.arg)
+            if ptype is None or isinstance(ptype, ArrayType):
+                continue  # constexpr values and arrays are passed unchanged
             value = self.expr(a_node)
-            if isinstance(ptype, ArrayType):
-                if not (isinstance(value, ir.Var) and value.name == a.arg):
-                    raise UnsupportedError("a tail call must pass array parameters unchanged",
-                                           self.loc(a_node))
-                continue
             value = self.convert(value, ptype, self.loc(a_node),  # type: ignore[arg-type]
                                  what=f"parameter '{a.arg}' of {self.name}")
             tmp = self.temp(ptype)
@@ -1125,30 +1137,48 @@ class FunctionBuilder(AggregateBuilder):
             converted.append(self.convert(a, t, self.loc(a_node),  # type: ignore[arg-type]
                                           what=f"parameter '{pname}' of {fn.name}"))
             types.append(t)
-        callee = self.specialize_function(fn, tuple(types), loc)
-        if callee.return_type == void and not statement:
+        name, return_type = self.specialize_function(fn, tuple(types), loc)
+        if return_type == void and not statement:
             raise KernelTypeError(f"{fn.name} returns no value", loc)
-        return ir.Call(callee.return_type, callee.name, converted, loc=loc)
+        return ir.Call(return_type, name, converted, loc=loc)
 
-    def specialize_function(self, fn: Any, types: tuple[Type, ...], loc: ir.Loc) -> ir.Function:
+    def specialize_function(self, fn: Any, types: tuple[Type, ...],
+                            loc: ir.Loc) -> tuple[str, Type]:
+        """The name and return type of `fn` specialised to `types`, built on first use.
+
+        A call of a specialisation still being built is recursion: its return type is the
+        annotated one, or (calling itself) the one its returns so far have; the body is
+        built again should a later return widen it."""
         key = (fn, types)
         found = self.ctx.functions.get(key)
         if found is not None:
-            return found
-        if key in self.ctx.building:
-            raise UnsupportedError(f"{fn.name} calls itself other than as `return "
-                                   f"{fn.name}(...)`; only tail recursion is supported",
-                                   loc)
-        self.ctx.building.add(key)
+            return found.name, found.return_type
+        building = self.ctx.building.get(key)
+        if building is not None:
+            if not any(isinstance(n, ast.Return) and n.value is not None
+                       for n in ast.walk(building.parsed.tree)):
+                return building.name, void
+            if not building.return_fixed and (building is not self
+                                              or building.return_type is None):
+                raise KernelTypeError(f"{fn.name} is called recursively before its return type "
+                                      f"is known: annotate it (def {fn.name}(...) -> i32:)",
+                                      loc)
+            return building.name, building.return_type  # type: ignore[return-value]
+        if len(self.ctx.building) >= MAX_NESTED_SPECIALIZATIONS:
+            raise KernelError(f"{fn.name}: device functions specialise more than "
+                              f"{MAX_NESTED_SPECIALIZATIONS} levels deep (recursion over "
+                              "constexpr values needs a base case in an `if` on constants)", loc)
+        builder = FunctionBuilder(fn.pyfunc, types, self.ctx, is_kernel=False,
+                                  name=self.ctx.unique_name(fn.name, types))
+        self.ctx.building[key] = builder
         try:
-            name = self.ctx.unique_name(fn.name, types)
-            function = FunctionBuilder(fn.pyfunc, types, self.ctx, is_kernel=False,
-                                       name=name).build()
+            function = builder.build()
         finally:
-            self.ctx.building.discard(key)
+            del self.ctx.building[key]
+        function.max_depth = _max_depth(fn, loc)
         self.ctx.functions[key] = function
         self.ctx.order.append(function)
-        return function
+        return function.name, function.return_type
 
     # ------------------------------------------------------------ helpers
 
@@ -1245,6 +1275,15 @@ def _shallow_breaks(body: list[ir.Stmt]) -> list[ir.Stmt]:
         elif isinstance(s, ir.If):
             found += _shallow_breaks(s.then) + _shallow_breaks(s.orelse)
     return found
+
+
+def _max_depth(fn: Any, loc: ir.Loc) -> int | None:
+    """`@kiln.func(max_depth=N)`: how deep backends without recursion inline it."""
+    depth = fn.options.get("max_depth")
+    if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool)
+                              or depth < 1):
+        raise KernelError(f"{fn.name}: max_depth must be a positive int, got {depth!r}", loc)
+    return depth
 
 
 def _describe(value: Any) -> str:

@@ -104,6 +104,7 @@ class CpuBackend(HostMemoryMixin, JITBackend):
     name = "cpu"
     priority = 50
     intrinsic_namespaces = ("cpu", "c")
+    supports_recursion = True  # C functions may call themselves
 
     def __init__(self) -> None:
         self.cache = CompileCache("cpu", ".so")

@@ -119,6 +119,7 @@ class CudaBackend(JITBackend):
     name = "cuda"
     priority = 100
     intrinsic_namespaces = CudaEmitter.namespaces
+    supports_recursion = True  # device functions recurse on the thread's stack
 
     def availability(self) -> Availability:
         return probe()

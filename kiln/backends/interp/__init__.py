@@ -44,6 +44,7 @@ class InterpBackend(HostMemoryMixin, DirectBackend):
 
     name = "interp"
     intrinsic_namespaces = ("interp",)
+    supports_recursion = True  # calls are Python calls (max_depth is checked)
 
     def __init__(self) -> None:
         self._code: weakref.WeakKeyDictionary[Program, ProgramCode] = (

@@ -25,6 +25,7 @@ from . import ops
 from .geometry import Chunk, Launch
 from .memory import ArrayRef, address, gather, scatter, slice_view
 from .native import native_statement
+from .recursion import recursion_guards
 from .values import (
     Mask,
     Value,
@@ -445,6 +446,14 @@ class FunctionCode:
         functions, name = self.program.functions, e.func
         if name not in {fn.name for fn in self.program.program.functions}:
             raise UnsupportedError(f"call of unknown device function {name!r}", e.loc)
+        guard = self.program.guards.get(name)
+        if guard is not None:  # a recursive function: its depth is counted
+
+            def recursive(f: Frame, m: Mask) -> Value:
+                with guard:
+                    return functions[name].call(f.chunk, [a(f, m) for a in args], m)
+
+            return recursive
 
         def ev(f: Frame, m: Mask) -> Value:
             return functions[name].call(f.chunk, [a(f, m) for a in args], m)
@@ -513,6 +522,7 @@ class ProgramCode:
     def __init__(self, program: ir.Program, namespaces: tuple[str, ...]) -> None:
         self.program = program
         self.namespaces = namespaces
+        self.guards = recursion_guards(program)
         self.functions: dict[str, FunctionCode] = {}
         for fn in program.functions:
             self.functions[fn.name] = FunctionCode(fn, self)

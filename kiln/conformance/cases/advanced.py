@@ -147,3 +147,76 @@ def native_code(device):
     run(device, native_popcount, blocks(n, BLOCK), BLOCK, x, out, n)
     expected = np.bitwise_count(x).astype(np.int32) * 10 + (x % 7).astype(np.int32)
     assert_equal(out, expected, "popcount")
+
+
+@kiln.func(max_depth=12)
+def fibonacci(n: i32) -> i32:
+    """Recursion that is not a tail call (two calls per level)."""
+    if n < 2:
+        return n
+    return fibonacci(n - 1) + fibonacci(n - 2)
+
+
+@kiln.func
+def is_even(n: i32) -> bool:
+    """Mutual recursion (the depth is set on is_odd: it holds for the group)."""
+    if n == 0:
+        return True
+    return is_odd(n - 1)
+
+
+@kiln.func(max_depth=40)
+def is_odd(n: i32) -> bool:
+    if n == 0:
+        return False
+    return is_even(n - 1)
+
+
+@kiln.func(max_depth=10)
+def write_digits(out: i32[:, :], row: i32, x: i32, k: i32):
+    """A recursive function without a result, writing memory (digits of x, last first)."""
+    if x > 0:
+        out[row, k] = x % 10
+        write_digits(out, row, x // 10, k + 1)
+
+
+@kiln.func
+def tree(level: kiln.constexpr, x: f32) -> f32:
+    """Recursion over a constexpr: one specialisation per level, ended by an `if` on
+    constants (a compile-time branch)."""
+    if level == 0:
+        return x
+    return tree(level - 1, x * 2.0) + tree(level - 1, x)
+
+
+@kiln.kernel
+def recursion(out: i32[:, :], digits: i32[:, :], fout: f32[:], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        out[0, i] = fibonacci(i % 12)
+        out[1, i] = i32(is_even(i % 30))
+        write_digits(digits, i, i * 7919, 0)
+        fout[i] = tree(3, f32(i))
+
+
+@case()
+def recursion_fib_mutual_void_constexpr(device):
+    """Recursion: non-tail (native where the backend recurses, else inlined to max_depth),
+    mutual, without a result, and over constexpr values."""
+    n = 100
+    out = np.zeros((2, n), np.int32)
+    digits = np.full((n, 8), -1, np.int32)
+    fout = np.zeros(n, np.float32)
+    run(device, recursion, blocks(n, BLOCK), BLOCK, out, digits, fout, n)
+    fib = [0, 1]
+    while len(fib) < 12:
+        fib.append(fib[-1] + fib[-2])
+    i = np.arange(n)
+    assert_equal(out[0], np.array(fib)[i % 12].astype(np.int32), "fibonacci")
+    assert_equal(out[1], (i % 30 % 2 == 0).astype(np.int32), "is_even / is_odd")
+    expected = np.full((n, 8), -1, np.int32)
+    for row in range(n):
+        for k, d in enumerate(reversed(str(row * 7919)) if row else ()):
+            expected[row, k] = int(d)
+    assert_equal(digits, expected, "digits written by recursion")
+    assert_equal(fout, (27 * i).astype(np.float32), "constexpr recursion")

@@ -18,6 +18,7 @@ from .dead_code import remove_dead_code
 from .features import device_feature_check
 from .fold import fold_constants
 from .inline import inline_functions
+from .recursion import bound_recursion
 from .validate import InternalError, validate
 from .warps import lower_single_lane_warps
 
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 Pass = Callable[[Program], Program]
 
 __all__ = [
-    "InternalError", "Pass", "check_program", "default_pipeline", "device_feature_check",
-    "fold_constants", "inline_functions", "lower_aggregates", "lower_single_lane_warps",
-    "pipeline_for", "remove_dead_code",
+    "InternalError", "Pass", "bound_recursion", "check_program", "default_pipeline",
+    "device_feature_check", "fold_constants", "inline_functions", "lower_aggregates",
+    "lower_single_lane_warps", "pipeline_for", "remove_dead_code",
 ]
 
 
@@ -50,13 +51,17 @@ def pipeline_for(device: Device | None, *, inline: bool = False) -> list[Pass]:
     """The default pipeline, after the device's feature check (when a device is known) and
     before inlining of every device function (for backends that cannot call functions).
     On devices whose warps have one thread, warp operations are lowered first. Records,
-    variants and vectors are lowered before anything else, so that the checks see scalars."""
+    variants and vectors are lowered before anything else, so that the checks see scalars.
+    Where the device's backend cannot recurse (or every call is inlined), recursive
+    functions are inlined to the depth the user gives (`bound_recursion`)."""
     lowering, *rest = default_pipeline()
     passes: list[Pass] = [lowering]
     if device is not None:
         passes.append(device_feature_check(device.capabilities))
         if device.capabilities.warp_size == 1:
             passes.append(lower_single_lane_warps)
+    if inline or (device is not None and not device.backend.supports_recursion):
+        passes.append(bound_recursion(device.backend.name if device is not None else "this"))
     passes += rest
     if inline:
         passes.append(inline_functions)

@@ -19,7 +19,7 @@ import numpy as np
 from .. import nodes as ir
 from ..types import ScalarType, fits
 from ..visit import Transformer
-from .common import all_functions, clone_program
+from .common import all_functions, clone, clone_program
 
 Number = int | float | bool
 
@@ -43,6 +43,11 @@ def fold_constants(program: ir.Program) -> ir.Program:
     for func in all_functions(program):
         func.body = folder.transform_body(func.body)
     return program
+
+
+def fold_expression(e: ir.Expr) -> ir.Expr:
+    """A copy of `e` with its constant sub-expressions evaluated (`e` is not changed)."""
+    return _Folder().transform(clone(e))
 
 
 def wrap(value: int, t: ScalarType) -> int:

@@ -51,11 +51,27 @@ def validate(program: ir.Program) -> None:
         seen.add(func.name)
 
 
+def _calling(program: ir.Program, name: str) -> set[str]:
+    """Functions of the program from which a chain of calls reaches `name`."""
+    callers = {f.name: {n.func for n in walk(f.body) if isinstance(n, ir.Call)}
+               for f in program.functions}
+    found: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for caller, callees in callers.items():
+            if caller not in found and (name in callees or callees & found):
+                found.add(caller)
+                changed = True
+    return found
+
+
 class _Validator:
     def __init__(self, program: ir.Program, func: ir.Function, earlier: set[str]) -> None:
         self.program = program
         self.func = func
-        self.callable = earlier | {func.name}  # callees first; direct recursion allowed
+        # callees first, except along recursion (functions that call back into this one)
+        self.callable = earlier | {func.name} | _calling(program, func.name)
         self.vars: dict[str, Type] = {p.name: p.type for p in func.params}
         self.loc: ir.Loc | None = func.loc
 
