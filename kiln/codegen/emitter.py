@@ -134,6 +134,8 @@ class CEmitter:
     helpers: ClassVar[dict[str, HelperTemplate]] = C_HELPERS
     indent_unit: ClassVar[str] = "    "
     native_language: ClassVar[str] = "c"
+    unroll_pragma: ClassVar[str] = "#pragma GCC unroll {n}"
+    """The line before a `for` that asks the compiler to unroll it `{n}` times."""
     """The `kiln.native(...)` keyword whose code this dialect inserts (cuda, opencl, c)."""
     _handlers: ClassVar[dict[type, list[tuple[Predicate, Handler]]]] = {}
 
@@ -412,7 +414,11 @@ class CEmitter:
         return f"for ({var} = {start}; {test}; {inc})"
 
     def stmt_For(self, s: ir.For) -> None:  # noqa: N802
-        with self.indented(self.for_header(s, self.var(s.var)) + " {", loc=s.loc):
+        loc = s.loc
+        if s.unroll is not None:  # the pragma goes right before the loop, no #line between
+            self.line(self.unroll_pragma.format(n=s.unroll), loc)
+            loc = None
+        with self.indented(self.for_header(s, self.var(s.var)) + " {", loc=loc):
             self.block(s.body)
 
     def stmt_Break(self, s: ir.Break) -> None:  # noqa: N802
@@ -562,7 +568,7 @@ class CEmitter:
         """Row-major offset; 64-bit arithmetic for arrays whose size is not fixed."""
         t = array.type
         assert isinstance(t, ArrayType)
-        idx = [self.expr(i) for i in indices]
+        idx = [self.index(i) for i in indices]
         if len(idx) == 1:
             return idx[0].text
         if t.shape is not None:
@@ -576,6 +582,10 @@ class CEmitter:
             dim = CExpr(self.dims[(array.name, axis)])
             acc = self.binary("+", self.binary("*", acc, dim), idx[axis])
         return acc.text
+
+    def index(self, e: ir.Expr) -> CExpr:
+        """One array index (the cpu dialect does signed index arithmetic in 64 bits)."""
+        return self.expr(e)
 
     def element(self, array: ir.Var, indices: list[ir.Expr]) -> str:
         """The lvalue of one array element."""

@@ -210,7 +210,8 @@ class For(Stmt):
     `stop` and `step` are evaluated once before the loop (the frontend binds anything but a
     constant or a variable the body does not assign to a temporary). `step` is never zero
     when constant. When `step` is not constant its sign decides the comparison at run time.
-    The body does not assign `var`.
+    The body does not assign `var`. `unroll` is a hint for the backend's compiler
+    (`kiln.unroll(range(...), factor=4)`): unroll that many iterations.
     """
 
     var: str
@@ -218,6 +219,7 @@ class For(Stmt):
     stop: Expr
     step: Expr
     body: list[Stmt]
+    unroll: int | None = None
 
 
 @dataclass(eq=False)

@@ -486,6 +486,8 @@ class FunctionBuilder(AggregateBuilder):
         it = node.iter
         if isinstance(it, ast.Call) and self.resolver.try_resolve(it.func) in (kb.static_range,
                                                                                kb.unroll):
+            if any(kw.arg == "factor" for kw in it.keywords):
+                return self.unroll_hinted_for(node)
             return self.unrolled_for(node)
         if not (isinstance(it, ast.Call) and self.resolver.try_resolve(it.func) is range):
             raise UnsupportedError("kernels loop with `for i in range(...)` only",
@@ -542,6 +544,28 @@ class FunctionBuilder(AggregateBuilder):
         out.append(ir.For(var, start, bounds[0], bounds[1], body, loc=loc))
         return out
 
+    def unroll_hinted_for(self, node: ast.For) -> list[ir.Stmt]:
+        """`for i in kiln.unroll(range(...), factor=k)`: a loop (bounds may vary at run time)
+        that the backend's compiler is asked to unroll k times (`#pragma unroll k`)."""
+        call = node.iter
+        assert isinstance(call, ast.Call)
+        factor_node = next(kw.value for kw in call.keywords if kw.arg == "factor")
+        factor = self.constant(factor_node)
+        if not isinstance(factor, (int, np.integer)) or isinstance(factor, bool) or factor < 1:
+            raise ConstantError("factor= needs a positive int constant", self.loc(factor_node))
+        inner = call.args[0] if len(call.args) == 1 and len(call.keywords) == 1 else None
+        if self.resolver.try_resolve(call.func) is not kb.unroll or not (
+                isinstance(inner, ast.Call) and self.resolver.try_resolve(inner.func) is range):
+            raise UnsupportedError("write kiln.unroll(range(...), factor=k)", self.loc(call))
+        out = self.stmt_For(ast.For(target=node.target, iter=inner, body=node.body, orelse=[],
+                                    lineno=node.lineno, col_offset=node.col_offset,
+                                    end_lineno=node.end_lineno,
+                                    end_col_offset=node.end_col_offset))
+        loop = out[-1]
+        assert isinstance(loop, ir.For)
+        loop.unroll = int(factor)
+        return out
+
     def unrolled_for(self, node: ast.For) -> list[ir.Stmt]:
         """`for i in kiln.static_range(...)` / `kiln.unroll(range(...))`: one copy of the
         body per iteration, with `i` a compile-time constant in each."""
@@ -562,8 +586,9 @@ class FunctionBuilder(AggregateBuilder):
         for a in range_call.args:
             value = self.constant(a)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-                raise ConstantError("an unrolled loop needs constant integer bounds",
-                                    self.loc(a))
+                raise ConstantError("an unrolled loop needs constant integer bounds (for bounds "
+                                    "known at run time, kiln.unroll(range(...), factor=k) "
+                                    "asks the backend's compiler to unroll)", self.loc(a))
             bounds.append(int(value))
         for inner_node in (n for s in node.body for n in ast.walk(s)):
             if isinstance(inner_node, (ast.Break, ast.Continue)) and not _inside_loop(

@@ -67,6 +67,7 @@ class CudaEmitter(CEmitter):
 
     namespaces = ("cuda", "c")
     native_language = "cuda"
+    unroll_pragma = "#pragma unroll {n}"
     type_names: ClassVar[dict[ScalarType, str]] = {**CEmitter.type_names, f16: "kiln_half"}
     kernel_qualifier = 'extern "C" __global__'
     function_qualifier = "static __device__"

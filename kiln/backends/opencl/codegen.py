@@ -133,6 +133,7 @@ class OpenCLEmitter(CEmitter):
 
     namespaces = (NAMESPACE, "c")
     native_language = "opencl"
+    unroll_pragma = "#pragma unroll {n}"
     type_names: ClassVar[dict[ScalarType, str]] = {
         bool_: "bool", i8: "char", i16: "short", i32: "int", i64: "long",
         u8: "uchar", u16: "ushort", u32: "uint", u64: "ulong",

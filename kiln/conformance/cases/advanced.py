@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 import kiln
-from kiln import f16, f32, i32, u32, u64
+from kiln import f16, f32, f64, i32, u32, u64
 
 from ..checks import assert_close, assert_equal, blocks, rng, run
-from ..registry import Requirement, Skipped, case
+from ..registry import Requirement, Skipped, case, signatures
 
 WARP_BLOCK = 64
 BLOCK = 64
@@ -220,3 +220,54 @@ def recursion_fib_mutual_void_constexpr(device):
             expected[row, k] = int(d)
     assert_equal(digits, expected, "digits written by recursion")
     assert_equal(fout, (27 * i).astype(np.float32), "constexpr recursion")
+
+
+@kiln.kernel
+def unroll_hint(x: f32[:], out: f32[:], n: i32, m: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        acc = f32(0)
+        for k in kiln.unroll(range(1, m), factor=4):  # run-time bounds: a compiler hint
+            acc += x[i] * k
+        out[i] = acc
+
+
+@case()
+def unroll_factor_hint(device):
+    """kiln.unroll(range(...), factor=k) on run-time bounds: a loop with `#pragma unroll k`
+    (trip counts that k divides and does not divide)."""
+    n = 100
+    x = rng(65).random(n).astype(np.float32)
+    for m in (9, 12):
+        out = np.zeros(n, np.float32)
+        run(device, unroll_hint, blocks(n, BLOCK), BLOCK, x, out, n, m)
+        assert_close(out, x * (m * (m - 1) // 2), f"m={m}", rtol=1e-6)
+
+
+@kiln.func
+def axpy(a, x, y):
+    """Polymorphic: specialised per argument types at each call."""
+    return a * x + y
+
+
+@signatures((f32, f32[:], f32[:], f32[:]), (f64, f64[:], f64[:], f64[:]),
+            (i32, i32[:], i32[:], i32[:]))
+@kiln.kernel
+def generic_axpy(a, x, y, out):
+    i = kiln.global_id(0)
+    if i < len(out):
+        out[i] = axpy(a, x[i], y[i])
+
+
+@case()
+def generics_by_inference(device):
+    """Unannotated kernel and device function parameters: one variant per launch's
+    argument types (f32, i32, and f64 where the device has it)."""
+    n = 150
+    dtypes = [np.float32, np.int32] + ([np.float64] if device.capabilities.fp64 else [])
+    for dtype in dtypes:
+        x = (rng(66).random(n) * 100).astype(dtype)
+        y = (rng(67).random(n) * 100).astype(dtype)
+        out = np.zeros(n, dtype)
+        run(device, generic_axpy, blocks(n, BLOCK), BLOCK, dtype(3), x, y, out)
+        assert_close(out, dtype(3) * x + y, np.dtype(dtype).name, rtol=1e-6)
