@@ -69,3 +69,9 @@ class BackendCompileError(KernelError):
 
 class LaunchError(Exception):
     """A launch that cannot run: bad grid/block, wrong argument count, type or shape."""
+
+
+for _error in (KernelError, UnknownNameError, KernelTypeError, ArityError, UnsupportedError,
+               ConvergenceError, ConstantError, DeviceFeatureError, BackendCompileError,
+               LaunchError):
+    _error.__module__ = "kiln"  # tracebacks name them as users import them: kiln.LaunchError

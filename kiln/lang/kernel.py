@@ -161,7 +161,12 @@ class Launcher:
     def __call__(self, *args: Any) -> None:
         plan = self.plan  # the fast path (framework.fastpath); it declines what it cannot run
         if plan is None or not plan(args):
-            launch(self.kernel, self.grid, self.block, args, stream=self.stream)
+            from ..framework.executor import launch as execute_launch
+
+            try:
+                execute_launch(self.kernel, self.grid, self.block, args, None, self.stream)
+            except (KernelError, LaunchError) as exc:  # one frame, not kiln's internals
+                raise exc.with_traceback(None) from None
             with contextlib.suppress(TypeError):  # an unhashable grid or block: no plan
                 self.plan = self.kernel.launch_plans.get(
                     (self.grid, self.block, None, self.stream))
