@@ -270,6 +270,84 @@ def test_f16_f64_and_bool_arrays(cpu: kiln.Device) -> None:
 
 
 @kiln.kernel
+def varying_loops(x: i32[:], steps: i32[:], found: i32[:], n: i32):
+    i = kiln.global_id(0)
+    if i >= n:
+        return
+    v = x[i]
+    count = 0
+    while v != 1:  # a thread-varying trip count, run lockstep with an activity mask
+        if v % 2 == 0:  # noqa: SIM108 - a branch inside the masked loop
+            v = v // 2
+        else:
+            v = 3 * v + 1
+        count += 1
+    steps[i] = count  # read after its loop: stored per thread, not recomputed
+    j = 0
+    while x[j] != x[i]:  # a test that reads memory
+        j += 1
+    found[i] = j
+
+
+def collatz_steps(v: int) -> int:
+    count = 0
+    while v != 1:
+        v = v // 2 if v % 2 == 0 else 3 * v + 1
+        count += 1
+    return count
+
+
+def test_thread_varying_while_loops(cpu: kiln.Device) -> None:
+    x = np.random.default_rng(3).permutation(np.arange(1, 301, dtype=np.int32))
+    steps, found = np.zeros(320, np.int32), np.zeros(320, np.int32)
+    varying_loops[5, 64](x, steps, found, x.size)
+    np.testing.assert_array_equal(steps[:300], [collatz_steps(int(v)) for v in x])
+    np.testing.assert_array_equal(found[:300], np.arange(300))
+    np.testing.assert_array_equal(steps[300:], 0)
+
+
+@kiln.kernel
+def two_strides(x: f32[:], y: f32[:], out: f32[:], n: i32):
+    acc = f32(0)
+    i = kiln.global_id(0) + kiln.global_id(1) * kiln.global_size(0)
+    while i < n:  # grid-stride: `i` is recomputed from the iteration number
+        acc += x[i]
+        i += kiln.global_size(0) * kiln.global_size(1)
+    i = kiln.global_id(0) + kiln.global_id(1) * kiln.global_size(0)
+    while i < n:
+        acc += 2.0 * y[i]
+        i += kiln.global_size(0) * kiln.global_size(1)
+    out[kiln.global_id(0) + kiln.global_id(1) * kiln.global_size(0)] = acc
+
+
+def test_grid_stride_loops_with_a_partial_last_pass(cpu: kiln.Device) -> None:
+    n = 10_001
+    rng = np.random.default_rng(4)
+    x, y = rng.random(n, np.float32), rng.random(n, np.float32)
+    out = np.zeros(2 * 3 * 8 * 4, np.float32)  # grid 2x3 blocks of 8x4 threads
+    two_strides[(2, 3), (8, 4)](x, y, out, n)
+    stride = out.size
+    pad = (-n) % stride
+    expected = [np.pad(v, (0, pad)).reshape(-1, stride).sum(axis=0, dtype=np.float64)
+                for v in (x, y)]
+    np.testing.assert_allclose(out, expected[0] + 2 * expected[1], rtol=1e-5)
+    source = two_strides.source("cpu")
+    assert "kiln_iteration * " in source and "kiln_active" in source
+
+
+@kiln.kernel
+def shared_too_big(a: f32[:]):
+    s = kiln.shared(f32, 20_000)
+    s[0] = a[0]
+    a[1] = s[0]
+
+
+def test_shared_memory_over_the_limit(cpu: kiln.Device) -> None:
+    with pytest.raises(kiln.DeviceFeatureError, match="80000 bytes per block"):
+        shared_too_big.compile(cpu)
+
+
+@kiln.kernel
 def reassigns_param(out: i32[:], n: i32):
     t = kiln.thread_idx.x
     n = n + t
@@ -314,6 +392,8 @@ def test_generated_source_is_readable(cpu: kiln.Device) -> None:
     kernel_source = matmul.source("cpu")
     assert "for (k = 0; k < 16; k++) {" in kernel_source  # lockstep loop at block level
     assert "int32_t row = kiln_block_idx_y * 16 + ty;" in kernel_source  # recomputed
+    sum_source = block_sum.source("cpu")
+    assert "int32_t k = k_b;" in sum_source  # block-uniform: one value per block
 
 
 def test_events_time_work_on_the_stream(cpu: kiln.Device) -> None:

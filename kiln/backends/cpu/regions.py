@@ -10,11 +10,24 @@ leaves also runs at block level ("lockstep"): each iteration runs the block's th
 which is a valid SIMT schedule and lets gcc vectorise the body across threads (the tiled
 matmul's inner `for k in range(TILE)`).
 
+A barrier-free `while` loop with a straight-line body (no loops, calls, side-effecting
+intrinsics or early exits) runs lockstep too, with an activity mask: its region is the loop
+body, run once per iteration for the threads whose condition still holds, until none does
+(`Region.loop`). An integer variable that the body steps once per iteration (`i += step`
+at its top level, the step loop-invariant) and that is not read after the loop is an
+*induction*: recomputed from the iteration number as `init + iteration * step` instead of
+stored per thread, so a grid-stride loop's loads are affine in the thread index and
+vectorise as contiguous loads.
+
 Variables are classified by where they are used:
-- PRIVATE: used in one region only and not carried around a block-level loop: a plain C
-  local of that region's thread loop;
+- PRIVATE: no value flows between regions (used in one region only, or assigned before
+  any read in each region but the first) and none is carried around a block-level loop:
+  a plain C local of each region's thread loop;
 - THREAD: live across regions: a per-thread array indexed by the thread's linear id, read
   into a local at the start of each region and written back at its end;
+- UNIFORM: live across regions, but block-uniform by the convergence analysis (every thread
+  of the block computes the same value): one variable per block, so that gcc sees it is
+  the same for every thread (`s[t + k]` is a contiguous load, not a gather);
 - BLOCK: the variable of a block-level `for` loop: one value per block (a region that
   runs its own loop over the same name gets a private shadow);
 - REMAT: assigned once, at the top of the first region, from thread indices, parameters
@@ -24,15 +37,25 @@ Variables are classified by where they are used:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from ...framework.intrinsics import Variance, intrinsics
 from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
 from ...ir.passes.convergence import Control, FunctionVariance, analyze
-from ...ir.types import ArrayType
+from ...ir.types import ArrayType, ScalarType
 from ...ir.visit import walk
 from ...lang.errors import UnsupportedError
+
+
+@dataclass(frozen=True)
+class Induction:
+    """`var += step` in a lockstep `while` body, `var = init` before the loop."""
+
+    var: str
+    init: ir.Expr
+    step: ir.Expr
 
 
 @dataclass
@@ -45,6 +68,20 @@ class Region:
     has_return: bool = False
     private: list[str] = field(default_factory=list)  # declared in this region
     remat: list[str] = field(default_factory=list)  # recomputed at this region's start
+    loop: ir.While | None = None  # the lockstep `while` whose body this region is
+    inductions: list[Induction] = field(default_factory=list)  # recomputed per pass
+
+    @property
+    def sequence(self) -> list[ir.Stmt]:
+        """The statements in the order a thread first meets them (a loop's test first)."""
+        return [ir.ExprStmt(self.loop.cond), *self.body] if self.loop else self.body
+
+    @property
+    def test_reads(self) -> set[str]:
+        """The variables a lockstep loop's condition reads."""
+        if self.loop is None:
+            return set()
+        return _names(self.loop.cond)[0] - {ind.var for ind in self.inductions}
 
 
 @dataclass
@@ -78,10 +115,16 @@ class Plan:
     items: list[Item]
     regions: list[Region]
     thread: list[str]  # per-thread storage, in declaration order
+    uniform: list[str]  # live across regions but block-uniform: one value per block
     block: list[str]  # block-level loop variables
     remat: dict[str, ir.Assign]  # recomputed variables and their one assignment
     exits: bool  # threads may return while later regions still run
     block_return: bool  # a uniform return leaves the block from block level
+
+    @property
+    def masked(self) -> bool:
+        """Whether a region runs a lockstep `while` loop (and needs the activity mask)."""
+        return any(r.loop is not None for r in self.regions)
 
     @property
     def has_barrier(self) -> bool:
@@ -158,20 +201,23 @@ class _Splitter:
         self.block_loop_vars: list[str] = []
         self.block_return = False
 
+    def region(self, body: list[ir.Stmt], in_loop: bool, loop: ir.While | None = None) -> Region:
+        region = Region(len(self.regions), body, in_loop, loop=loop)
+        region.reads, region.writes = _names(region.sequence)
+        region.has_return = any(isinstance(n, ir.Return) for n in walk(region.body))
+        self.regions.append(region)
+        return region
+
     def split(self, body: list[ir.Stmt], in_loop: bool) -> list[Item]:
         items: list[Item] = []
         run: list[ir.Stmt] = []
 
         def flush() -> None:
             if run:
-                region = Region(len(self.regions), list(run), in_loop)
-                region.reads, region.writes = _names(region.body)
-                region.has_return = any(isinstance(n, ir.Return) for n in walk(region.body))
-                self.regions.append(region)
-                items.append(region)
+                items.append(self.region(list(run), in_loop))
                 run.clear()
 
-        for s in body:
+        for k, s in enumerate(body):
             if is_barrier(s):
                 flush()
                 items.append(Barrier(s))  # type: ignore[arg-type]
@@ -179,6 +225,11 @@ class _Splitter:
                   or self.lockstep(s)):
                 flush()
                 items.append(self.block_level(s, in_loop))
+            elif isinstance(s, ir.While) and _straight_loop(s):
+                flush()
+                region = self.region(s.body, True, loop=s)
+                region.inductions = _inductions(s, body[:k], self.program.kernel)
+                items.append(region)
             else:
                 run.append(s)
         flush()
@@ -209,6 +260,53 @@ class _Splitter:
         raise UnsupportedError("barrier() must be a statement of its own", s.loc)
 
 
+def _straight_loop(s: ir.While) -> bool:
+    """A `while` loop whose test and body have no loops, calls, side effects, hand-written
+    code or exits from the loop: run lockstep with an activity mask, it vectorises."""
+    if any(_escapes(b) for b in s.body):
+        return False
+    for n in itertools.chain(walk(s.cond), walk(s.body)):
+        if isinstance(n, (ir.While, ir.For, ir.Call, ir.Native)):
+            return False
+        if isinstance(n, ir.IntrinsicCall) and intrinsics[n.name].side_effects:
+            return False
+    return True
+
+
+def _invariant(e: ir.Expr, written: set[str]) -> bool:
+    """A pure expression (index intrinsics allowed) of variables not in `written`."""
+    for n in walk(e):
+        if isinstance(n, ir.IntrinsicCall):
+            if intrinsics[n.name].category != "index":
+                return False
+        elif not isinstance(n, PURE) or (isinstance(n, ir.Var) and n.name in written):
+            return False
+    return True
+
+
+def _inductions(loop: ir.While, before: list[ir.Stmt], kernel: ir.Function) -> list[Induction]:
+    """The integer variables the loop body steps once per iteration (`var += step` at its
+    top level, `step` invariant, `var` assigned nowhere else in the body), each assigned
+    `var = init` by the last statement before the loop that writes it."""
+    written = [n.target for n in walk(loop.body) if isinstance(n, ir.Assign)]
+    found: list[Induction] = []
+    for s in loop.body:
+        if not (isinstance(s, ir.Assign) and isinstance(s.value, ir.BinOp)
+                and s.value.op == "+" and written.count(s.target) == 1):
+            continue
+        var, left, right = s.target, s.value.left, s.value.right
+        step = (right if isinstance(left, ir.Var) and left.name == var
+                else left if isinstance(right, ir.Var) and right.name == var else None)
+        t = kernel.var_type(var)
+        if not (step is not None and isinstance(t, ScalarType) and t.is_int
+                and _invariant(step, set(written))):
+            continue
+        init = next((x for x in reversed(before) if var in _names(x)[1]), None)
+        if isinstance(init, ir.Assign) and init.target == var:
+            found.append(Induction(var, init.value, step))
+    return found
+
+
 def _assigned_first(var: str, body: list[ir.Stmt]) -> bool:
     """Whether the first top-level statement using `var` assigns it (an assignment or a
     `for` loop over it) without reading it first."""
@@ -231,11 +329,15 @@ def plan_kernel(program: ir.Program) -> Plan:
     block_vars = list(dict.fromkeys(splitter.block_loop_vars))
     writes = set().union(*(r.writes for r in regions)) if regions else set()
     params = {p.name for p in kernel.params}
-    remat = _rematerialisable(kernel, items, params - writes, splitter.block_reads)
+    inputs = params - writes - set(block_vars)
+    remat = _rematerialisable(kernel, items, inputs, splitter.block_reads)
+    fresh = {r.index: {ind.var for ind in r.inductions} for r in regions}
     for r in regions:
+        _keep_inductions(r, regions, inputs | set(remat), splitter.block_reads, fresh)
         r.private += [n for n in block_vars if n in r.writes]  # shadows
         if r is not regions[0]:
-            r.remat = _needed(remat, r.reads)
+            init_reads = set().union(*(_names(i.init)[0] for i in r.inductions))
+            r.remat = _needed(remat, r.reads | init_reads)
     candidates = [*(p for p in kernel.params if p.name in writes),
                   *(ir.Param(n, t) for n, t in kernel.locals.items()
                     if not (isinstance(t, ArrayType) and t.space is MemorySpace.SHARED))]
@@ -248,21 +350,46 @@ def plan_kernel(program: ir.Program) -> Plan:
         if not users and name not in splitter.block_reads:
             continue
         carried = bool(users) and users[0].in_loop and (
-            isinstance(p.type, ArrayType) or not _assigned_first(name, users[0].body))
-        if (len(users) == 1 and name not in splitter.block_reads and not carried
-                and name not in params):
-            users[0].private.append(name)
+            isinstance(p.type, ArrayType) or not _assigned_first(name, users[0].sequence))
+        if (name not in splitter.block_reads and not carried and name not in params
+                and all(_assigned_first(name, r.sequence) for r in users[1:])):
+            for r in users:  # no value flows between regions: a local in each
+                r.private.append(name)
         else:
             thread.append(name)
     for name, assign in remat.items():
         owner = next(r for r in regions if assign in r.body)
         owner.private.append(name)
     exits = len(regions) > 1 and any(r.has_return for r in regions)
-    return Plan(items, regions, thread, block_vars, remat, exits, splitter.block_return)
+    variance = splitter.variance.var
+    uniform = [n for n in thread if n not in params
+               and not isinstance(kernel.var_type(n), ArrayType)
+               and variance.get(n, Variance.UNIFORM) <= Variance.BLOCK]
+    thread = [n for n in thread if n not in uniform]
+    return Plan(items, regions, thread, uniform, block_vars, remat, exits, splitter.block_return)
 
 
 PURE = (ir.Const, ir.Var, ir.BinOp, ir.UnaryOp, ir.Cast, ir.Compare, ir.Select, ir.BoolOp,
         ir.ArrayDim)
+
+
+def _keep_inductions(region: Region, regions: list[Region], inputs: set[str],
+                     block_reads: set[str], fresh: dict[int, set[str]]) -> None:
+    """Keep the inductions whose initial value is recomputable from `inputs` and whose
+    variable is dead after the loop: every other region that reads it assigns it first
+    (or, per `fresh`, gives it its own initial value right before its loop). They leave
+    the region's variables (recomputed in each pass)."""
+
+    def dead(var: str) -> bool:
+        return var not in block_reads and all(
+            var not in r.reads or var in fresh[r.index] or _assigned_first(var, r.sequence)
+            for r in regions if r is not region)
+
+    region.inductions = [ind for ind in region.inductions if dead(ind.var)
+                         and _invariant(ind.init, set(_names(ind.init)[0]) - inputs)]
+    for ind in region.inductions:
+        region.reads.discard(ind.var)
+        region.writes.discard(ind.var)
 
 
 def _needed(remat: dict[str, ir.Assign], reads: set[str]) -> list[str]:
@@ -278,7 +405,7 @@ def _rematerialisable(kernel: ir.Function, items: list[Item], inputs: set[str],
                       block_reads: set[str]) -> dict[str, ir.Assign]:
     """Locals assigned once, at the top level of the first region, from pure expressions of
     thread/block indices, unassigned parameters, constants and earlier such locals."""
-    if not items or not isinstance(items[0], Region):
+    if not items or not isinstance(items[0], Region) or items[0].loop is not None:
         return {}
     counts: dict[str, int] = {}
     for n in walk(kernel.body):
