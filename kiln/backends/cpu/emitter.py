@@ -12,6 +12,7 @@ the kernel.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from typing import ClassVar
 
@@ -22,7 +23,16 @@ from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
 from ...ir.types import ArrayType, i8, i16, i32, i64
 from .atomics import ATOMIC_HELPERS
-from .regions import Barrier, BlockIf, BlockJump, BlockLoop, Item, Region, plan_kernel
+from .regions import (
+    Barrier,
+    BlockIf,
+    BlockJump,
+    BlockLoop,
+    Item,
+    Region,
+    constant_trips,
+    plan_kernel,
+)
 
 AXES = "xyz"
 LAUNCH_DIMS = [f"kiln_grid_dim_{a}" for a in AXES]
@@ -100,6 +110,12 @@ class CpuEmitter(CEmitter):
                 *(self.expr(a).text for a in call.args[1 + nidx:])]
         kind = call.name.replace("atomic_", "plain_")
         return CExpr(f"{self.use_helper(kind, array.type.elem)}({', '.join(args)})")
+
+    @handles(ir.For, when=lambda e, n: e.in_kernel and n.unroll is None
+             and constant_trips(n) is not None)
+    def unrolled_for(self, s: ir.For) -> None:
+        """A short constant loop inside a region (regions.constant_trips): unrolled whole."""
+        self.stmt_For(dataclasses.replace(s, unroll=constant_trips(s)))
 
     @handles(ir.Return, when=lambda e, n: e.in_kernel)
     def kernel_return(self, s: ir.Return) -> None:

