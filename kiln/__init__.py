@@ -83,6 +83,7 @@ thread_idx, block_idx, block_dim, grid_dim = _b.thread_idx, _b.block_idx, _b.blo
 global_id, global_size, shared, local = _b.global_id, _b.global_size, _b.shared, _b.local
 static_range, unroll = _b.static_range, _b.unroll
 native = _b.native
+load, store = _b.load, _b.store
 barrier, mem_fence = _b.barrier, _b.mem_fence
 atomic_add = _b.intrinsic_object("atomic_add")
 atomic_sub = _b.intrinsic_object("atomic_sub")

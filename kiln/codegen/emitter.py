@@ -440,6 +440,10 @@ class CEmitter:
         for i, text in enumerate(PLACEHOLDER.sub(name, code).strip("\n").split("\n")):
             self.line(text, s.loc if i == 0 else None)
 
+    def stmt_VectorAccess(self, s: ir.VectorAccess) -> None:  # noqa: N802
+        """A hint; dialects with vector types handle it (`kiln.codegen.vectors`)."""
+        self.block(s.body)
+
     def stmt_Return(self, s: ir.Return) -> None:  # noqa: N802
         value = "" if s.value is None else " " + self.expr(s.value).text
         self.line(f"return{value};", s.loc)

@@ -252,6 +252,18 @@ class Native(Stmt):
     vars: list[Var]
 
 
+@dataclass(eq=False)
+class VectorAccess(Stmt):
+    """A hint that `body` moves one vector between memory and scalars (`lower_aggregates`
+    makes it): 2 or 4 loads `Assign(t, Load(a, [..., j + k]))`, or stores
+    `Store(a, [..., j + k], v)`, of consecutive elements of one array, in order. Running
+    `body` is always correct; a backend with vector types may make it one wide access
+    where the body still has this form and the address is aligned (`kiln.codegen.vectors`).
+    """
+
+    body: list[Stmt]
+
+
 # ---------------------------------------------------------------- functions
 
 

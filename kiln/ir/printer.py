@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from . import nodes as ir
-from .types import VoidType, bool_, f32, i32
+from .types import ArrayType, Type, VoidType, bool_, f32, i32
 
 INDENT = "    "
 _DEFAULT_LITERAL = (i32, f32, bool_)
@@ -50,6 +50,8 @@ def format_stmt(stmt: ir.Stmt, depth: int) -> list[str]:
     match stmt:
         case ir.Assign(target=target, value=value):
             return [f"{pad}{target} = {typed(value)}"]
+        case ir.Store(array=array, indices=indices, value=value) if _wide(value.type, array):
+            return [f"{pad}store({array.name}, {_join(indices)}, {typed(value)})"]
         case ir.Store(array=array, indices=indices, value=value):
             return [f"{pad}{array.name}[{_join(indices)}] = {typed(value)}"]
         case ir.ExprStmt(expr=expr):
@@ -71,6 +73,8 @@ def format_stmt(stmt: ir.Stmt, depth: int) -> list[str]:
             return [pad + "return"]
         case ir.Return(value=value):
             return [f"{pad}return {typed(value)}"]
+        case ir.VectorAccess(body=body):
+            return [f"{pad}vector access:", *format_block(body, depth + 1)]
     return [pad + _generic(stmt)]
 
 
@@ -116,6 +120,8 @@ def format_expr(expr: ir.Expr, top: bool = False) -> str:
             return _paren(text, top)
         case ir.Cast(type=t, value=value):
             return f"{t}({format_expr(value, top=True)})"
+        case ir.Load(array=array, indices=indices) if _wide(expr.type, array):
+            return f"load({expr.type}, {array.name}, {_join(indices)})"
         case ir.Load(array=array, indices=indices):
             return f"{array.name}[{_join(indices)}]"
         case ir.ArrayDim(array=array, axis=axis):
@@ -127,6 +133,11 @@ def format_expr(expr: ir.Expr, top: bool = False) -> str:
         case ir.Field(value=value, name=name):
             return f"{format_expr(value)}.{name}"
     return _generic(expr)
+
+
+def _wide(t: Type, array: ir.Var) -> bool:
+    """Whether an access of a `t` to `array` is a wide one (`kiln.load(f32x4, a, i)`)."""
+    return isinstance(array.type, ArrayType) and t != array.type.elem
 
 
 def _join(exprs: list[ir.Expr]) -> str:

@@ -28,6 +28,7 @@ from ..ir.types import (
 )
 from .errors import ArityError, KernelError, KernelTypeError, UnknownNameError, UnsupportedError
 from .records import field_defaults, kiln_type_of
+from .resolve import type_from_object
 from .typing_rules import comparison_type, operand_type
 
 BITWISE = ("<<", ">>", "&", "|", "^")
@@ -47,6 +48,7 @@ class AggregateBuilder:
     block: Any
     resolver: Any
     binop: Any
+    index: Any
 
     # ------------------------------------------------------------ construction
 
@@ -152,8 +154,8 @@ class AggregateBuilder:
         p = base
         while isinstance(p, ir.Field):
             p = p.value
-        if not (isinstance(p, ir.Load) or (isinstance(p, ir.Var)
-                                            and not isinstance(p.type, ArrayType))):
+        if not (isinstance(p, ir.Load) and p.type == p.array.type.elem  # type: ignore[union-attr]
+                or (isinstance(p, ir.Var) and not isinstance(p.type, ArrayType))):
             raise UnsupportedError("can only assign fields of variables and array elements",
                                    self.loc(node))
         if not isinstance(base.type, (StructType, VectorType)):
@@ -175,6 +177,62 @@ class AggregateBuilder:
         current = self.field(self.place(target.value), target.attr, target)
         result = self.binop(op, current, self.expr(value_node), stmt)
         return self.assign_field(target, result, stmt, compound=True)
+
+    # ------------------------------------------------------------ wide loads and stores
+
+    def wide_load(self, node: ast.Call) -> ir.Expr:
+        """`kiln.load(f32x4, a, i)`: elements 4i .. 4i+3 of a scalar array as one vector (the
+        last index counts vectors: `kiln.load(f32x4, m, r, j)` reads m[r, 4j .. 4j+3])."""
+        loc = self.loc(node)
+        if node.keywords or len(node.args) < 3:
+            raise ArityError("kiln.load(vector type, array, index...) takes a vector type, an "
+                             f"array and its indices, got {len(node.args)} argument(s)", loc)
+        t = type_from_object(self.resolver.try_resolve(node.args[0]))
+        if not isinstance(t, VectorType):
+            raise KernelTypeError("the first argument of kiln.load is a vector type such as "
+                                  f"f32x4, got '{ast.unparse(node.args[0])}'",
+                                  self.loc(node.args[0]))
+        array, indices = self.wide_element("kiln.load", node.args[1], node.args[2:])
+        elem = array.type.elem  # type: ignore[union-attr]
+        if t.elem != elem:
+            raise KernelTypeError(f"kiln.load({t}, ...) reads {t.n} {t.elem} elements, but "
+                                  f"'{array.name}' holds {elem} (load a {VectorType(elem, t.n)})",
+                                  self.loc(node.args[0]))
+        return ir.Load(t, array, indices, loc=loc)
+
+    def wide_store(self, node: ast.Call) -> ir.Stmt:
+        """`kiln.store(a, i, v)`: vector `v` into elements 4i .. 4i+3 of a scalar array (the
+        value converts like an element store)."""
+        loc = self.loc(node)
+        if node.keywords or len(node.args) < 3:
+            raise ArityError("kiln.store(array, index..., vector) takes an array, its indices "
+                             f"and a vector, got {len(node.args)} argument(s)", loc)
+        array, indices = self.wide_element("kiln.store", node.args[0], node.args[1:-1])
+        value = self.expr(node.args[-1])
+        vt = value.type
+        if not isinstance(vt, VectorType):
+            raise KernelTypeError(f"kiln.store writes a vector (f32x4, ...), got a {vt}; store "
+                                  f"one element with {array.name}[i] = value",
+                                  self.loc(node.args[-1]))
+        t = VectorType(array.type.elem, vt.n)  # type: ignore[union-attr, arg-type]
+        converted = self.convert(value, t, self.loc(node.args[-1]), compound=True,
+                                 what=f"{vt.n} elements of '{array.name}'")
+        return ir.Store(array, indices, converted, loc=loc)
+
+    def wide_element(self, what: str, array_node: ast.expr,
+                     index_nodes: list[ast.expr]) -> tuple[ir.Var, list[ir.Expr]]:
+        """The scalar array and the indices of a wide load or store."""
+        array = self.expr(array_node)
+        t = array.type
+        if not isinstance(array, ir.Var) or not isinstance(t, ArrayType):
+            raise KernelTypeError(f"{what} needs an array, got {t}", self.loc(array_node))
+        if not isinstance(t.elem, ScalarType):
+            raise KernelTypeError(f"{what} moves vectors in arrays of scalars; '{array.name}' "
+                                  f"holds {t.elem} (use {array.name}[i])", self.loc(array_node))
+        if len(index_nodes) != t.ndim:
+            raise KernelTypeError(f"'{array.name}' has {t.ndim} dimension(s) but {what} got "
+                                  f"{len(index_nodes)} index(es)", self.loc(array_node))
+        return array, [self.index(i) for i in index_nodes]
 
     # ------------------------------------------------------------ vector arithmetic
 

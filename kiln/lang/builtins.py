@@ -40,6 +40,8 @@ unroll = KernelOnly("unroll")
 shared = KernelOnly("shared")
 native = KernelOnly("native")
 local = KernelOnly("local")
+load = KernelOnly("load")  # kiln.load(f32x4, a, i): a[4i:4i+4] as one vector
+store = KernelOnly("store")  # kiln.store(a, i, v): v into a[4i:4i+4]
 
 _INTRINSIC_OBJECTS: dict[str, KernelOnly] = {
     name: KernelOnly(name, name)

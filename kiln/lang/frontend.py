@@ -230,10 +230,13 @@ class FunctionBuilder(AggregateBuilder):
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return []  # a string used as a comment
         if isinstance(node.value, ast.Call):
-            if not self.is_local(node.value.func) and isinstance(
-                    node.value.func, (ast.Name, ast.Attribute)) and \
-                    self.resolver.try_resolve(node.value.func) is kb.native:
+            func = node.value.func
+            called = None if self.is_local(func) or not isinstance(
+                func, (ast.Name, ast.Attribute)) else self.resolver.try_resolve(func)
+            if called is kb.native:
                 return [build_native(self, node.value)]
+            if called is kb.store:
+                return [self.wide_store(node.value)]
             expr = self.call(node.value, statement=True)
             return [ir.ExprStmt(expr, loc=self.loc(node))] if expr is not None else []
         self.expr(node.value)  # checked, then dropped: it has no effect
@@ -982,6 +985,11 @@ class FunctionBuilder(AggregateBuilder):
         if fn is kb.native:
             raise UnsupportedError("kiln.native(...) is a statement of its own; it has no "
                                    "value (let the code assign a variable: {y} = ...)", loc)
+        if fn is kb.load:
+            return self.wide_load(node)
+        if fn is kb.store:
+            raise UnsupportedError("kiln.store(...) is a statement of its own; it has no value",
+                                   loc)
         if fn in (kb.shared, kb.local):
             raise UnsupportedError(f"kiln.{fn.name}(...) must be assigned to a name: "
                                    f"s = kiln.{fn.name}(f32, 256)", loc)

@@ -12,10 +12,11 @@ from typing import Any, ClassVar
 from ...codegen import c_intrinsics  # noqa: F401 - registers the "c" spellings
 from ...codegen.emitter import CEmitter
 from ...codegen.helpers import C_HELPERS, HelperTemplate
+from ...codegen.vectors import NativeVectors
 from ...framework.intrinsics import INDEX_BASES, intrinsics
 from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
-from ...ir.types import ArrayType, ScalarType, f16, i64, u64
+from ...ir.types import ArrayType, ScalarType, f16, f32, f64, i32, i64, u32, u64
 from ...ir.visit import walk
 from . import warps  # noqa: F401 - registers the warp operations' spellings
 
@@ -62,8 +63,9 @@ def _cas_float(op: str) -> HelperTemplate:
     return lambda t: _CAS_FLOAT % {"op": op}
 
 
-class CudaEmitter(CEmitter):
-    """CUDA C++ for NVRTC: `extern "C" __global__` kernels, `__shared__`, `__syncthreads`."""
+class CudaEmitter(NativeVectors, CEmitter):
+    """CUDA C++ for NVRTC: `extern "C" __global__` kernels, `__shared__`, `__syncthreads`,
+    whole vectors in memory moved as `float4`, `double2`, ... (`kiln.codegen.vectors`)."""
 
     namespaces = ("cuda", "c")
     native_language = "cuda"
@@ -73,6 +75,9 @@ class CudaEmitter(CEmitter):
     function_qualifier = "static __device__"
     helper_qualifier = "static __device__ __forceinline__"
     space_qualifiers = {MemorySpace.SHARED: "__shared__"}
+    vector_types: ClassVar[dict[ScalarType, str]] = {
+        f32: "float", f64: "double", i32: "int", u32: "uint", i64: "longlong", u64: "ulonglong",
+    }
     prologue = PROLOGUE
     helpers: ClassVar[dict[str, HelperTemplate]] = {
         **C_HELPERS, "atomic_min": _cas_float("min"), "atomic_max": _cas_float("max"),

@@ -304,6 +304,9 @@ class FunctionCode:
     def _stmt_Native(self, s: ir.Native) -> StmtFn:
         return native_statement(self, s)
 
+    def _stmt_VectorAccess(self, s: ir.VectorAccess) -> StmtFn:  # a hint: run its body
+        return self.block(s.body)
+
     def _stmt_Break(self, s: ir.Break) -> StmtFn:
         return self._exit(0)
 

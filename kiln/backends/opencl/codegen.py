@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from ...codegen.emitter import CEmitter
 from ...codegen.helpers import C_HELPERS, HelperTemplate
+from ...codegen.vectors import NativeVectors
 from ...framework.intrinsics import ATOMIC_TYPES, intrinsics
 from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
@@ -128,8 +129,9 @@ SPELLINGS.update({
 intrinsics.implement(NAMESPACE, SPELLINGS)
 
 
-class OpenCLEmitter(CEmitter):
-    """OpenCL C 1.2."""
+class OpenCLEmitter(NativeVectors, CEmitter):
+    """OpenCL C 1.2; whole vectors in memory move as `float4`, `double2`, ...
+    (`kiln.codegen.vectors`)."""
 
     namespaces = (NAMESPACE, "c")
     native_language = "opencl"
@@ -140,6 +142,10 @@ class OpenCLEmitter(CEmitter):
         f16: "half", f32: "float", f64: "double",
     }
     storage_names: ClassVar[dict[ScalarType, str]] = {bool_: "uchar"}
+    vector_types: ClassVar[dict[ScalarType, str]] = {
+        f32: "float", f64: "double", i32: "int", u32: "uint", i64: "long", u64: "ulong",
+    }
+    address_integer = "uintptr_t"
     literal_suffixes: ClassVar[dict[ScalarType, str]] = {u32: "u", i64: "L", u64: "UL"}
     kernel_qualifier = "__kernel"
     space_qualifiers: ClassVar[dict[MemorySpace, str]] = {MemorySpace.SHARED: "__local"}

@@ -13,7 +13,12 @@ its tag, then every case's fields. The pass rewrites, in every function:
 - vector arithmetic, comparisons and math into one operation per component; `dot`,
   `length`, `normalize`, `cross`, `all`, `any` into scalar arithmetic;
 - a variant stored to or loaded from an array into its tag and only the active case's
-  fields (an `if` on the tag), as the cases share memory.
+  fields (an `if` on the tag), as the cases share memory;
+- a wide access of a scalar array (`kiln.load(f32x4, a, i)`, a `Load` of a vector type, and
+  `kiln.store(a, i, v)`, a `Store` of a vector value) into accesses of elements 4i .. 4i+3;
+- a whole vector of 2 or 4 components of 4 or 8 bytes loaded from or stored to memory into
+  `VectorAccess` hints around the scalar accesses of every 16 bytes (or 8, for 2 x 4
+  bytes), which backends with vector types emit as one access (`native_width`).
 
 Kernel parameters made from an aggregate parameter carry a `ParamSource` saying how the
 launch computes them from the argument (the executor's `lowered_arguments`).
@@ -41,7 +46,7 @@ from ..types import (
     is_aggregate,
 )
 from ..visit import walk
-from .common import all_functions, clone_program
+from .common import all_functions, clone_program, has_side_effects
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,16 @@ def view_types(t: Type) -> list[ScalarType]:
 def view_width(elem: Type, st: ScalarType) -> int:
     """How many `st` values one element of `elem` spans (the view's last dimension)."""
     return elem.dtype.itemsize // st.itemsize  # type: ignore[attr-defined]
+
+
+def native_width(t: Type) -> int | None:
+    """Components of a vector `t` per native vector access (16 bytes at most: f32x4 is one
+    access, f64x4 two), or None when `t` does not move as native vectors (3 components,
+    bools, elements of other sizes)."""
+    if not isinstance(t, VectorType) or t.n not in (2, 4) or t.elem.is_bool \
+            or t.elem.itemsize not in (4, 8):
+        return None
+    return min(t.n, 16 // t.elem.itemsize)
 
 
 def lower_aggregates(program: ir.Program) -> ir.Program:
@@ -157,6 +172,11 @@ class _FunctionLowering:
         self.pre.append(ir.Assign(name, value, loc=self.loc))
         return ir.Var(value.type, name, loc=value.loc)
 
+    def local(self, t: ScalarType) -> str:
+        name = self.fresh("_vec")
+        self.func.locals[name] = t
+        return name
+
     # ------------------------------------------------------------ declarations
 
     def run(self) -> None:
@@ -219,10 +239,16 @@ class _FunctionLowering:
         match s:
             case ir.Assign(target=target, value=value) if target in self.scalars:
                 slots = self.var_slots(target, value.type)
+                if isinstance(value, ir.Load) and native_width(value.type):
+                    return self.load_into(target, value, slots)
                 return self.write(slots, value, {target})
             case ir.Store(array=array, indices=indices, value=value) if array.name in self.views:
                 index = [self.bound(i) for i in indices]
                 return self.store(array, index, value)
+            case ir.Store(array=array, indices=indices, value=value) \
+                    if isinstance(value.type, VectorType):  # kiln.store(a, i, v)
+                slots = self.wide_slots(array, indices, value.type.n)
+                return self.vector_stores(self.write(slots, value, {array.name}), value.type)
             case ir.SetField():
                 place = self.resolve(s.target)
                 assert place is not None, "SetField of something other than a place"
@@ -265,6 +291,8 @@ class _FunctionLowering:
         active case's fields only."""
         slots = self.element_slots(array, index)
         t = value.type
+        if isinstance(t, VectorType):
+            return self.vector_stores(self.write(slots, value, {array.name}), t)
         if not isinstance(t, VariantType):
             return self.write(slots, value, {array.name})
         if isinstance(value, ir.Cast) and t.case_index(value.value.type) is not None:
@@ -283,6 +311,63 @@ class _FunctionLowering:
                                                                         values[start:end])],
                              loc=self.loc))
         return out
+
+    # ------------------------------------------------------------ whole vectors in memory
+
+    def memory_slots(self, load: ir.Load) -> list[Slot]:
+        """The element slots of a vector read from memory: an element of a vector array, or
+        a wide load of a scalar array."""
+        if load.array.name in self.views:
+            return self.element_slots(load.array, [self.bound(i) for i in load.indices])
+        assert isinstance(load.type, VectorType)
+        return self.wide_slots(load.array, load.indices, load.type.n)
+
+    def wide_slots(self, array: ir.Var, indices: list[ir.Expr], n: int) -> list[Slot]:
+        """Elements n*j .. n*j + n-1 of the last axis of a scalar array (`kiln.load(t, a,
+        ..., j)` and `kiln.store`)."""
+        *lead, last = [self.bound(i) for i in indices]
+        first = self.bound(_times(last, n))
+        elem = array.type.elem  # type: ignore[attr-defined]
+
+        def slot(k: int) -> Slot:
+            def at() -> list[ir.Expr]:
+                return [*lead, _plus(first, k)]
+
+            return Slot(elem, lambda: ir.Load(elem, array, at(), loc=self.loc),
+                        lambda v: ir.Store(array, at(), v, loc=self.loc))
+
+        return [slot(k) for k in range(n)]
+
+    def load_vector(self, slots: list[Slot], t: VectorType,
+                    targets: list[str] | None = None) -> list[ir.Var]:
+        """Load a vector's slots into `targets` (default: new locals) through `VectorAccess`
+        hints, before the statement; the variables holding its components."""
+        width = native_width(t)
+        assert width is not None
+        names = targets or [self.local(slot.type) for slot in slots]
+        loads: list[ir.Stmt] = [ir.Assign(n, slot.read(), loc=self.loc)
+                                for n, slot in zip(names, slots)]
+        self.pre += _groups(loads, width, self.loc)
+        return [ir.Var(slot.type, n, loc=self.loc) for n, slot in zip(names, slots)]
+
+    def load_into(self, target: str, load: ir.Load, slots: list[Slot]) -> list[ir.Stmt]:
+        """`v = a[i]` of a native vector: loaded straight into `v`'s leaves, unless the
+        index reads them (`v = a[v.x]`), then through new locals."""
+        memory = self.memory_slots(load)
+        leaves_ = self.scalars[target]
+        reads = {n.name for slot in memory for n in walk(slot.read()) if isinstance(n, ir.Var)}
+        values = self.load_vector(memory, load.type,  # type: ignore[arg-type]
+                                  None if reads & set(leaves_) else leaves_)
+        return [slot.write(v) for slot, v in zip(slots, values) if v.name not in leaves_]
+
+    def vector_stores(self, stores: list[ir.Stmt], t: VectorType) -> list[ir.Stmt]:
+        """The stores of a whole vector, in `VectorAccess` hints where it moves as native
+        vectors (and its components are computed without side effects)."""
+        width = native_width(t)
+        if width is None or len(stores) != t.n or any(
+                has_side_effects(s.value) for s in stores):  # type: ignore[attr-defined]
+            return stores
+        return _groups(stores, width, self.loc)
 
     # ------------------------------------------------------------ places
 
@@ -345,6 +430,11 @@ class _FunctionLowering:
         if not (is_aggregate(e.type) or isinstance(e, ir.Field)):
             return [self.scalar(e)]
         t = e.type
+        if isinstance(e, ir.Load) and isinstance(t, VectorType):
+            slots = self.memory_slots(e)
+            if native_width(t):
+                return list(self.load_vector(slots, t))
+            return [slot.read() for slot in slots]
         place = self.resolve(e)
         if place is not None:
             root, start, end = place
@@ -500,6 +590,24 @@ class _FunctionLowering:
         self.pre.append(ir.If(test, [*pre_a, ir.Assign(result.name, a, loc=self.loc)],
                               [*pre_b, ir.Assign(result.name, b, loc=self.loc)], loc=self.loc))
         return result
+
+
+def _groups(stmts: list[ir.Stmt], width: int, loc: ir.Loc | None) -> list[ir.Stmt]:
+    return [ir.VectorAccess(stmts[k:k + width], loc=loc) for k in range(0, len(stmts), width)]
+
+
+def _times(index: ir.Expr, n: int) -> ir.Expr:
+    if isinstance(index, ir.Const):
+        return ir.Const(index.type, int(index.value) * n, loc=index.loc)
+    return ir.BinOp(index.type, "*", index, ir.Const(index.type, n), loc=index.loc)
+
+
+def _plus(index: ir.Expr, k: int) -> ir.Expr:
+    if k == 0:
+        return index
+    if isinstance(index, ir.Const):
+        return ir.Const(index.type, int(index.value) + k, loc=index.loc)
+    return ir.BinOp(index.type, "+", index, ir.Const(index.type, k), loc=index.loc)
 
 
 def _zero(t: ScalarType) -> ir.Const:

@@ -19,7 +19,8 @@ def remove_dead_code(program: ir.Program) -> ir.Program:
     - `if` on a constant (replaced by the branch taken), `while False`, `for` loops over
       constant empty ranges, `if`s with two empty branches and side-effect-free statements;
     - assignments to locals that are never read (their value is kept as a statement when it
-      has side effects, e.g. an atomic), then locals that are no longer mentioned.
+      has side effects, e.g. an atomic), then locals that are no longer mentioned; the loads
+      of one `VectorAccess` stay together while one of them is read.
     """
     program = clone_program(program)
     for func in all_functions(program):
@@ -61,6 +62,8 @@ def _prune_stmt(s: ir.Stmt) -> list[ir.Stmt]:
             setattr(s, f.name, prune(value))
     if isinstance(s, ir.If) and not s.then and not s.orelse and not has_side_effects(s.cond):
         return []
+    if isinstance(s, ir.VectorAccess) and not s.body:
+        return []
     return [s]
 
 
@@ -69,6 +72,11 @@ class _UnreadAssignments(Transformer):
 
     def __init__(self, func: ir.Function) -> None:
         self.read = {n.name for n in walk(func.body) if isinstance(n, ir.Var)}
+        for n in walk(func.body):  # a vector load is one access: all or none of it
+            if isinstance(n, ir.VectorAccess):
+                loaded = {s.target for s in n.body if isinstance(s, ir.Assign)}
+                if loaded & self.read:
+                    self.read |= loaded
         self.changed = False
 
     def visit_Assign(self, s: ir.Assign) -> ir.Stmt | None:  # noqa: N802 - Transformer hook

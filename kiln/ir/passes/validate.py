@@ -125,7 +125,8 @@ class _Validator:
                 self.same(self.expr(value), t, f"value assigned to `{target}`", s)
             case ir.Store(array=array, indices=indices, value=value):
                 elem = self.indexed(array, indices, s)
-                self.same(self.expr(value), elem, f"value stored to `{array.name}`", s)
+                t = self.expr(value)
+                self.same(t, _accessed(t, elem), f"value stored to `{array.name}`", s)
             case ir.ExprStmt(expr=expr):
                 self.expr(expr)
             case ir.SetField(target=target, name=name, value=value):
@@ -145,6 +146,12 @@ class _Validator:
                 self.require(depth > 0, f"`{type(s).__name__.lower()}` outside a loop", s)
             case ir.Return(value=value):
                 self.ret(value, s)
+            case ir.VectorAccess(body=body):
+                self.require(len(body) in (2, 4) and all(
+                    isinstance(b, ir.Store) or isinstance(b, ir.Assign)
+                    and isinstance(b.value, ir.Load) for b in body),
+                    "a vector access that is not 2 or 4 loads or stores", s)
+                self.block(body, depth)
             case _:
                 for e in child_exprs(s):
                     self.expr(e)
@@ -244,7 +251,8 @@ class _Validator:
                 self.same(e.type, self.field_type(self.expr(value), name, e), f"field `{name}`",
                           e)
             case ir.Load(array=array, indices=indices):
-                self.same(e.type, self.indexed(array, indices, e), f"load from `{array.name}`", e)
+                elem = self.indexed(array, indices, e)
+                self.same(e.type, _accessed(e.type, elem), f"load from `{array.name}`", e)
             case ir.ArrayDim(array=array, axis=axis):
                 t = self.expr(array)
                 self.require(isinstance(t, ArrayType) and 0 <= axis < t.ndim,
@@ -342,3 +350,11 @@ class _Validator:
 def _element(t: Type) -> Type:
     """A vector's element type; any other type itself."""
     return t.elem if isinstance(t, VectorType) else t
+
+
+def _accessed(t: Type, elem: Type) -> Type:
+    """The type a load or store of a `t` from an array of `elem` must have: the element, or
+    a vector of it (`kiln.load(f32x4, a, i)` of a scalar array, before `lower_aggregates`)."""
+    if isinstance(t, VectorType) and isinstance(elem, ScalarType) and t.elem == elem:
+        return t
+    return elem
