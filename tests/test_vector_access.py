@@ -159,6 +159,18 @@ def test_opencl_source_uses_vector_pointers() -> None:
     assert "*(__global float2 *)" in src and "(uintptr_t)kiln_p" in src
 
 
+@pytest.mark.parametrize("backend", [e.name for e in kiln.backends() if e.available])
+def test_unaligned_host_arrays(backend: str) -> None:
+    """NumPy views 4 and 8 bytes past an aligned address (zero-copy on host devices, so
+    OpenCL on PoCL reads them in place through the element fallback)."""
+    n = 1000
+    src = np.arange(4 * n + 1, dtype=np.float32)[1:].reshape(n, 4)
+    dst = np.zeros(4 * n + 2, np.float32)[2:].reshape(n, 4)
+    kiln.launch(aggregates.vector_copy, -(-n // 64), 64, (src, dst, np.float32(3), n),
+                device=kiln.device(backend))
+    np.testing.assert_array_equal(dst, src * 3)
+
+
 entry = next(e for e in kiln.backends() if e.name == "cuda")
 
 

@@ -354,11 +354,11 @@ class _FunctionLowering:
         """`v = a[i]` of a native vector: loaded straight into `v`'s leaves, unless the
         index reads them (`v = a[v.x]`), then through new locals."""
         memory = self.memory_slots(load)
-        leaves_ = self.scalars[target]
+        own = self.scalars[target]
         reads = {n.name for slot in memory for n in walk(slot.read()) if isinstance(n, ir.Var)}
         values = self.load_vector(memory, load.type,  # type: ignore[arg-type]
-                                  None if reads & set(leaves_) else leaves_)
-        return [slot.write(v) for slot, v in zip(slots, values) if v.name not in leaves_]
+                                  None if reads & set(own) else own)
+        return [slot.write(v) for slot, v in zip(slots, values) if v.name not in own]
 
     def vector_stores(self, stores: list[ir.Stmt], t: VectorType) -> list[ir.Stmt]:
         """The stores of a whole vector, in `VectorAccess` hints where it moves as native
