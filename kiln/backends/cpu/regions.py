@@ -326,8 +326,8 @@ def _inductions(loop: ir.While, before: list[ir.Stmt], kernel: ir.Function) -> l
 
 def _assigned_first(var: str, body: list[ir.Stmt]) -> bool:
     """Whether the first top-level statement using `var` assigns it (an assignment or a
-    `for` loop over it) without reading it first."""
-    for s in body:
+    `for` loop over it) without reading it first. A vector-access hint is a plain block."""
+    for s in _flatten_vector_access(body):
         reads, writes = _names(s)
         if var in reads or var in writes:
             if isinstance(s, ir.For) and s.var == var:
@@ -335,6 +335,13 @@ def _assigned_first(var: str, body: list[ir.Stmt]) -> bool:
             return (isinstance(s, ir.Assign) and s.target == var
                     and var not in _names(s.value)[0])
     return False
+
+
+def _flatten_vector_access(body: list[ir.Stmt]) -> list[ir.Stmt]:
+    out: list[ir.Stmt] = []
+    for s in body:
+        out.extend(_flatten_vector_access(s.body) if isinstance(s, ir.VectorAccess) else [s])
+    return out
 
 
 def plan_kernel(program: ir.Program) -> Plan:
