@@ -1,4 +1,5 @@
-"""`kiln demo`: three classic kernels on one device, checked against NumPy and timed.
+"""`kiln demo`: three classic kernels (kiln.examples) on one device, checked against NumPy
+and timed.
 
 Each kernel is run once to warm up (that compiles it), then `repeat` times between two
 kiln events; the median is compared with the median time of the same job in NumPy.
@@ -18,59 +19,8 @@ from rich.markup import escape
 from rich.table import Table
 
 import kiln
-from kiln import f32, i32
-
-BLOCK = 256
-TILE = 16
-
-
-@kiln.kernel
-def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        c[i] = a[i] + b[i]
-
-
-@kiln.kernel
-def block_sum(x: f32[:], out: f32[:], n: i32):
-    s = kiln.shared(f32, BLOCK)
-    t = kiln.thread_idx.x
-    acc = f32(0)
-    i = kiln.global_id(0)
-    while i < n:  # grid-stride loop
-        acc += x[i]
-        i += kiln.global_size(0)
-    s[t] = acc
-    kiln.barrier()
-    k = kiln.block_dim.x // 2
-    while k > 0:
-        if t < k:
-            s[t] += s[t + k]
-        kiln.barrier()
-        k //= 2
-    if t == 0:
-        kiln.atomic_add(out, 0, s[0])
-
-
-@kiln.kernel
-def matmul(a: f32[:, :], b: f32[:, :], c: f32[:, :]):
-    """c = a @ b with 16x16 tiles staged in shared memory."""
-    ta = kiln.shared(f32, (TILE, TILE))
-    tb = kiln.shared(f32, (TILE, TILE))
-    tx, ty = kiln.thread_idx.x, kiln.thread_idx.y
-    row = kiln.block_idx.y * TILE + ty
-    col = kiln.block_idx.x * TILE + tx
-    n, inner, m = a.shape[0], a.shape[1], b.shape[1]
-    acc = f32(0)
-    for t in range(0, inner, TILE):
-        ta[ty, tx] = a[row, t + tx] if row < n and t + tx < inner else 0.0
-        tb[ty, tx] = b[t + ty, col] if t + ty < inner and col < m else 0.0
-        kiln.barrier()
-        for k in range(TILE):
-            acc += ta[ty, k] * tb[k, tx]
-        kiln.barrier()
-    if row < n and col < m:
-        c[row, col] = acc
+from kiln import f32
+from kiln.examples import BLOCK, TILE, block_sum, matmul_tiled, vector_add
 
 
 @dataclass
@@ -112,7 +62,7 @@ def cases(dev: kiln.Device, rng: np.random.Generator) -> list[Case]:
              lambda: block_sum[blocks, BLOCK](a, total, n), total.numpy,
              np.array([x.sum(dtype=np.float64)]), lambda: x.sum(), 1e-4),
         Case("matmul", f"{size}x{size}", nothing,
-             lambda: matmul[tiles, (TILE, TILE)](mp, mq, mr), mr.numpy,
+             lambda: matmul_tiled[tiles, (TILE, TILE)](mp, mq, mr), mr.numpy,
              p.astype(np.float64) @ q, lambda: p @ q, 1e-4),
     ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -10,19 +11,16 @@ import pytest
 
 import kiln
 from kiln.cli import UsageError, main, parse_type
+from kiln.examples import vector_add
 from kiln.ir.types import ArrayType
 
-KERNELS = '''\
+# a user's kernel file: the SPEC's vector_add, and kernels for the cases below
+KERNELS = f'''\
 import kiln
 from kiln import f32, i32
 
 
-@kiln.kernel
-def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        c[i] = a[i] + b[i]
-
+{inspect.getsource(vector_add.pyfunc)}
 
 @kiln.kernel
 def untyped(a, n):

@@ -8,8 +8,7 @@ from conftest import marked_line, run_python
 
 import kiln
 from kiln import f16, f32, f64, i32, i64, u32
-
-TILE = 16
+from kiln.examples import TILE, block_sum, mandelbrot, matmul_tiled_square, vector_add
 
 
 @pytest.fixture(scope="module")
@@ -18,53 +17,6 @@ def cpu() -> kiln.Device:
     if not entry.available:
         pytest.skip(f"no C compiler with OpenMP here: {entry.reason}")
     return kiln.device("cpu")
-
-
-@kiln.kernel
-def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        c[i] = a[i] + b[i]
-
-
-@kiln.kernel
-def block_sum(x: f32[:], out: f32[:], n: i32):
-    s = kiln.shared(f32, 256)
-    t = kiln.thread_idx.x
-    acc = f32(0)
-    i = kiln.global_id(0)
-    while i < n:
-        acc += x[i]
-        i += kiln.global_size(0)
-    s[t] = acc
-    kiln.barrier()
-    k = kiln.block_dim.x // 2
-    while k > 0:
-        if t < k:
-            s[t] += s[t + k]
-        kiln.barrier()
-        k //= 2
-    if t == 0:
-        kiln.atomic_add(out, 0, s[0])
-
-
-@kiln.kernel
-def matmul(a: f32[:, :], b: f32[:, :], c: f32[:, :], n: i32):
-    As = kiln.shared(f32, (TILE, TILE))
-    Bs = kiln.shared(f32, (TILE, TILE))
-    tx = kiln.thread_idx.x
-    ty = kiln.thread_idx.y
-    row = kiln.block_idx.y * TILE + ty
-    col = kiln.block_idx.x * TILE + tx
-    acc = f32(0)
-    for t in range(0, n, TILE):
-        As[ty, tx] = a[row, t + tx]
-        Bs[ty, tx] = b[t + ty, col]
-        kiln.barrier()
-        for k in range(TILE):
-            acc += As[ty, k] * Bs[k, tx]
-        kiln.barrier()
-    c[row, col] = acc
 
 
 def test_vector_add_is_zero_copy_and_asynchronous(cpu: kiln.Device) -> None:
@@ -93,7 +45,7 @@ def test_tiled_matmul(cpu: kiln.Device) -> None:
     rng = np.random.default_rng(1)
     a, b = rng.random((n, n), np.float32), rng.random((n, n), np.float32)
     c = np.zeros((n, n), np.float32)
-    matmul[(n // TILE, n // TILE), (TILE, TILE)](a, b, c, n)
+    matmul_tiled_square[(n // TILE, n // TILE), (TILE, TILE)](a, b, c, n)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5)
 
 
@@ -218,25 +170,6 @@ def test_private_arrays_live_across_barriers(cpu: kiln.Device) -> None:
     out = np.zeros(32, np.float32)
     private_across_barrier[1, 32](x, out)
     np.testing.assert_array_equal(out, x + np.roll(x, -1) + 3)
-
-
-@kiln.kernel
-def mandelbrot(out: i32[:, :], max_iter: i32):
-    x = kiln.global_id(0)
-    y = kiln.global_id(1)
-    h, w = out.shape[0], out.shape[1]
-    if x < w and y < h:
-        cr = -2.0 + 3.0 * f32(x) / f32(w)
-        ci = -1.5 + 3.0 * f32(y) / f32(h)
-        zr = f32(0)
-        zi = f32(0)
-        it = 0
-        for k in range(max_iter):
-            if zr * zr + zi * zi > 4.0:
-                break
-            zr, zi = zr * zr - zi * zi + cr, 2.0 * zr * zi + ci
-            it = k + 1
-        out[y, x] = it
 
 
 def test_mandelbrot_2d_grid_with_break(cpu: kiln.Device) -> None:
@@ -389,7 +322,7 @@ def test_generated_source_is_readable(cpu: kiln.Device) -> None:
     out = np.zeros(4, np.float32)
     c_keywords[1, 4](out)
     np.testing.assert_array_equal(out, [0, 2, 4, 6])
-    kernel_source = matmul.source("cpu")
+    kernel_source = matmul_tiled_square.source("cpu")
     assert "#pragma GCC unroll 16" in kernel_source  # a short constant loop, inside its region
     assert "int32_t row = kiln_block_idx_y * 16 + ty;" in kernel_source  # recomputed
     sum_source = block_sum.source("cpu")

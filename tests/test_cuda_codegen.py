@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import f32, f64, i32
+from kiln import examples, f32, f64
+from kiln.examples import block_sum
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed")
 
@@ -38,27 +39,6 @@ def test_conformance_kernel_compiles_to_ptx(kernel: kiln.Kernel) -> None:
 
 
 @kiln.kernel
-def block_sum(x: f32[:], out: f32[:], n: i32):
-    s = kiln.shared(f32, 256)
-    t = kiln.thread_idx.x
-    acc = f32(0)
-    i = kiln.global_id(0)
-    while i < n:
-        acc += x[i]
-        i += kiln.global_size(0)
-    s[t] = acc
-    kiln.barrier()
-    k = kiln.block_dim.x // 2
-    while k > 0:
-        if t < k:
-            s[t] += s[t + k]
-        kiln.barrier()
-        k //= 2
-    if t == 0:
-        kiln.atomic_add(out, 0, s[0])
-
-
-@kiln.kernel
 def add_f64(a: f64[:], x: f64):
     kiln.atomic_add(a, 0, x)
 
@@ -74,7 +54,7 @@ def test_source_uses_the_cuda_dialect() -> None:
     assert 'extern "C" __global__ void block_sum(' in src
     assert "__shared__ float s[256];" in src
     assert "__syncthreads();" in src and "atomicAdd(&out[0], s[0])" in src
-    assert f'"{__file__}"' in src and "#line" in src
+    assert f'"{examples.__file__}"' in src and "#line" in src
     assert "atomicAdd(&a[0], x)" in add_f64.source("cuda")
 
 

@@ -12,6 +12,7 @@ import pytest
 
 import kiln
 from kiln import f16, f32, f64, i32, i64
+from kiln.examples import block_sum, vector_add
 
 entry = next(e for e in kiln.backends() if e.name == "cuda")
 pytestmark = pytest.mark.skipif(not entry.available, reason=f"no CUDA GPU: {entry.reason}")
@@ -20,34 +21,6 @@ pytestmark = pytest.mark.skipif(not entry.available, reason=f"no CUDA GPU: {entr
 @pytest.fixture(scope="module")
 def dev() -> kiln.Device:
     return kiln.device("cuda")
-
-
-@kiln.kernel
-def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        c[i] = a[i] + b[i]
-
-
-@kiln.kernel
-def block_sum(x: f32[:], out: f32[:], n: i32):
-    s = kiln.shared(f32, 256)
-    t = kiln.thread_idx.x
-    acc = f32(0)
-    i = kiln.global_id(0)
-    while i < n:
-        acc += x[i]
-        i += kiln.global_size(0)
-    s[t] = acc
-    kiln.barrier()
-    k = kiln.block_dim.x // 2
-    while k > 0:
-        if t < k:
-            s[t] += s[t + k]
-        kiln.barrier()
-        k //= 2
-    if t == 0:
-        kiln.atomic_add(out, 0, s[0])
 
 
 @kiln.kernel

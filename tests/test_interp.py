@@ -17,6 +17,7 @@ from kiln import bool_, f32, f64, i32, i64, u32
 from kiln.backends.interp import executor
 from kiln.backends.interp.geometry import BX, BY, TX, TY, Launch
 from kiln.backends.interp.values import Affine
+from kiln.examples import block_sum, vector_add
 from kiln.framework.intrinsics import intrinsics
 
 
@@ -38,40 +39,12 @@ def run(dev: kiln.Device, kernel: kiln.Kernel, grid: object, block: object, *arg
 
 
 @kiln.kernel
-def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        c[i] = a[i] + b[i]
-
-
-@kiln.kernel
 def grid_ids(out: i32[:, :, :]):
     x = kiln.global_id(0)
     y = kiln.global_id(1)
     z = kiln.global_id(2)
     if x < out.shape[2] and y < out.shape[1] and z < out.shape[0]:
         out[z, y, x] = ((z * 100 + y) * 100 + x) * 10 + kiln.thread_idx.y
-
-
-@kiln.kernel
-def block_sum(x: f32[:], out: f32[:], n: i32):
-    s = kiln.shared(f32, 64)
-    t = kiln.thread_idx.x
-    acc = f32(0)
-    i = kiln.global_id(0)
-    while i < n:
-        acc += x[i]
-        i += kiln.global_size(0)
-    s[t] = acc
-    kiln.barrier()
-    k = kiln.block_dim.x // 2
-    while k > 0:
-        if t < k:
-            s[t] += s[t + k]
-        kiln.barrier()
-        k //= 2
-    if t == 0:
-        kiln.atomic_add(out, 0, s[0])
 
 
 @kiln.kernel

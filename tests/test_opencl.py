@@ -11,6 +11,7 @@ from conftest import marked_line, run_python
 import kiln
 from kiln import f32, f64, i32, i64, u32
 from kiln.codegen import compile_error
+from kiln.examples import block_sum, vector_add
 
 opencl_entry = next(e for e in kiln.backends() if e.name == "opencl")
 pytestmark = pytest.mark.skipif(not opencl_entry.available,
@@ -26,34 +27,6 @@ def dev() -> kiln.Device:
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
     return tmp_path
-
-
-@kiln.kernel
-def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        c[i] = a[i] + b[i]
-
-
-@kiln.kernel
-def block_sum(x: f32[:], out: f32[:], n: i32):
-    s = kiln.shared(f32, 64)
-    t = kiln.thread_idx.x
-    acc = f32(0)
-    i = kiln.global_id(0)
-    while i < n:
-        acc += x[i]
-        i += kiln.global_size(0)
-    s[t] = acc
-    kiln.barrier()
-    k = kiln.block_dim.x // 2
-    while k > 0:
-        if t < k:
-            s[t] += s[t + k]
-        kiln.barrier()
-        k //= 2
-    if t == 0:
-        kiln.atomic_add(out, 0, s[0])
 
 
 @kiln.kernel
@@ -132,7 +105,7 @@ def test_imports_without_pyopencl():
 def test_source_is_opencl_c():
     src = block_sum.source("opencl")
     assert "__kernel void block_sum(__global float *x, int x_shape0," in src
-    assert "__local float s[64];" in src
+    assert "__local float s[256];" in src
     assert "get_local_id(0)" in src and "get_group_id(0)" in src
     assert "atomic_cmpxchg" in src  # f32 atomic add through compare-and-swap
     assert "cl_khr_fp64" not in src

@@ -6,16 +6,10 @@ from dataclasses import dataclass
 
 import kiln
 from kiln import f32, f64, i32
+from kiln.examples import vector_add
 from kiln.ir import nodes as ir
 from kiln.ir.printer import format_expr, format_program
 from kiln.ir.types import bool_, void
-
-
-@kiln.kernel
-def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        c[i] = a[i] + b[i]
 
 
 @kiln.func

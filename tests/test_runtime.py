@@ -13,15 +13,9 @@ from conftest import run_python
 
 import kiln
 from kiln import f32, f64, i32
+from kiln.examples import vector_add
 
 N = 1000  # not a multiple of the block size
-
-
-@kiln.kernel
-def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        c[i] = a[i] + b[i]
 
 
 @kiln.kernel

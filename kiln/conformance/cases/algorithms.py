@@ -1,4 +1,7 @@
-"""End-to-end kernels: the classic GPU algorithms, on sizes that do not fill whole blocks."""
+"""End-to-end kernels: the classic GPU algorithms, on sizes that do not fill whole blocks.
+
+vector_add, block_sum and the two matmuls are `kiln.examples`' (the demo's and the
+benchmarks'); the others are defined here."""
 
 from __future__ import annotations
 
@@ -7,20 +10,13 @@ import numpy as np
 import kiln
 from kiln import f32, i32
 
+from ...examples import TILE, block_sum, matmul_naive, matmul_tiled, vector_add
 from ..checks import assert_close, assert_equal, blocks, rng, run
 from ..registry import atomic, case
 
-TILE = 16
 BLOCK = 128
 REDUCE_BLOCK = 256
 BINS = 64
-
-
-@kiln.kernel
-def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        c[i] = a[i] + b[i]
 
 
 @case()
@@ -35,34 +31,13 @@ def vector_add_f32(device):
         assert_close(c.numpy(), a + b, f"c (n={n})", rtol=1e-6)
 
 
-@kiln.kernel
-def reduce_sum(x: f32[:], out: f32[:], n: i32):
-    s = kiln.shared(f32, REDUCE_BLOCK)
-    t = kiln.thread_idx.x
-    acc: f32 = 0
-    i = kiln.global_id(0)
-    while i < n:  # grid-stride loop
-        acc += x[i]
-        i += kiln.global_size(0)
-    s[t] = acc
-    kiln.barrier()
-    k = kiln.block_dim.x // 2
-    while k > 0:
-        if t < k:
-            s[t] += s[t + k]
-        kiln.barrier()
-        k //= 2
-    if t == 0:
-        kiln.atomic_add(out, 0, s[0])
-
-
 @case(requires=(atomic("atomic_add", f32),))
 def reduce_sum_f32(device):
     """Sum with a grid-stride loop, a shared-memory tree, barriers and atomic_add."""
     n = 5003
     x = rng(1).random(n, np.float32)
     out = np.zeros(1, np.float32)
-    run(device, reduce_sum, 3, REDUCE_BLOCK, x, out, n)
+    run(device, block_sum, 3, REDUCE_BLOCK, x, out, n)
     assert_close(out, x.sum(dtype=np.float64), "sum", rtol=1e-4)
 
 
@@ -91,38 +66,6 @@ def reduce_max_i32(device):
     out = np.full(1, np.iinfo(np.int32).min, np.int32)
     run(device, reduce_max, blocks(n, REDUCE_BLOCK), REDUCE_BLOCK, x, out, n)
     assert_equal(out[0], x.max(), "max")
-
-
-@kiln.kernel
-def matmul_naive(a: f32[:, :], b: f32[:, :], c: f32[:, :]):
-    row = kiln.global_id(1)
-    col = kiln.global_id(0)
-    if row < c.shape[0] and col < c.shape[1]:
-        acc = f32(0)
-        for k in range(a.shape[1]):
-            acc += a[row, k] * b[k, col]
-        c[row, col] = acc
-
-
-@kiln.kernel
-def matmul_tiled(a: f32[:, :], b: f32[:, :], c: f32[:, :]):
-    ta = kiln.shared(f32, (TILE, TILE))
-    tb = kiln.shared(f32, (TILE, TILE))
-    tx, ty = kiln.thread_idx.x, kiln.thread_idx.y
-    row = kiln.block_idx.y * TILE + ty
-    col = kiln.block_idx.x * TILE + tx
-    m, inner, p = a.shape[0], a.shape[1], b.shape[1]
-    acc = f32(0)
-    for t in range((inner + TILE - 1) // TILE):
-        k = t * TILE
-        ta[ty, tx] = a[row, k + tx] if row < m and k + tx < inner else 0.0
-        tb[ty, tx] = b[k + ty, col] if k + ty < inner and col < p else 0.0
-        kiln.barrier()
-        for j in range(TILE):
-            acc += ta[ty, j] * tb[j, tx]
-        kiln.barrier()
-    if row < m and col < p:
-        c[row, col] = acc
 
 
 def _check_matmul(device, kernel) -> None:
