@@ -15,68 +15,17 @@ Exits at once (status 0) when another backend is asked for or the cpu backend is
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 
 import numpy as np
+from common import backend_device, fresh_cache_dir, load_kernel, median_ms, ratio, versions
 
 import kiln
-from kiln import f32, i32
-
-TILE = 16
-BLOCK = 256
-
-
-@kiln.kernel
-def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        c[i] = a[i] + b[i]
-
-
-@kiln.kernel
-def block_sum(x: f32[:], out: f32[:], n: i32):
-    s = kiln.shared(f32, BLOCK)
-    t = kiln.thread_idx.x
-    acc = f32(0)
-    i = kiln.global_id(0)
-    while i < n:
-        acc += x[i]
-        i += kiln.global_size(0)
-    s[t] = acc
-    kiln.barrier()
-    k = kiln.block_dim.x // 2
-    while k > 0:
-        if t < k:
-            s[t] += s[t + k]
-        kiln.barrier()
-        k //= 2
-    if t == 0:
-        kiln.atomic_add(out, 0, s[0])
-
-
-@kiln.kernel
-def matmul(a: f32[:, :], b: f32[:, :], c: f32[:, :], n: i32):
-    As = kiln.shared(f32, (TILE, TILE))
-    Bs = kiln.shared(f32, (TILE, TILE))
-    tx = kiln.thread_idx.x
-    ty = kiln.thread_idx.y
-    row = kiln.block_idx.y * TILE + ty
-    col = kiln.block_idx.x * TILE + tx
-    acc = f32(0)
-    for t in range(0, n, TILE):
-        As[ty, tx] = a[row, t + tx]
-        Bs[ty, tx] = b[t + ty, col]
-        kiln.barrier()
-        for k in range(TILE):
-            acc += As[ty, k] * Bs[k, tx]
-        kiln.barrier()
-    c[row, col] = acc
+from kiln import f32
+from kiln.examples import BLOCK, TILE, block_sum, mandelbrot, matmul_tiled_square, vector_add
 
 
 @kiln.kernel
@@ -86,25 +35,6 @@ def stencil(u: f32[:, :], v: f32[:, :]):
     h, w = u.shape[0], u.shape[1]
     if x > 0 and y > 0 and x < w - 1 and y < h - 1:
         v[y, x] = 0.25 * (u[y - 1, x] + u[y + 1, x] + u[y, x - 1] + u[y, x + 1])
-
-
-@kiln.kernel
-def mandelbrot(out: i32[:, :], max_iter: i32):
-    x = kiln.global_id(0)
-    y = kiln.global_id(1)
-    h, w = out.shape[0], out.shape[1]
-    if x < w and y < h:
-        cr = -2.0 + 3.0 * f32(x) / f32(w)
-        ci = -1.5 + 3.0 * f32(y) / f32(h)
-        zr = f32(0)
-        zi = f32(0)
-        it = 0
-        for k in range(max_iter):
-            if zr * zr + zi * zi > 4.0:
-                break
-            zr, zi = zr * zr - zi * zi + cr, 2.0 * zr * zi + ci
-            it = k + 1
-        out[y, x] = it
 
 
 # ---------------------------------------------------------------- references
@@ -180,33 +110,18 @@ def numba_tiled_matmul(numba) -> Callable[[np.ndarray, np.ndarray, np.ndarray], 
     return tiled
 
 
-# ---------------------------------------------------------------- timing
-
-
-def median_ms(fn: Callable[[], object], repeat: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+# ---------------------------------------------------------------- reporting
 
 
 def row(name: str, kiln_ms: float, unit: str, amount: float, refs: dict[str, float]) -> None:
     rate = amount / (kiln_ms * 1e-3)
     parts = [f"{name:<22} kiln {kiln_ms:9.3f} ms {rate:8.2f} {unit}"]
     for ref, ms in refs.items():
-        parts.append(f"{ref} {ms:9.3f} ms ({ms / kiln_ms:5.2f}x)")
+        parts.append(f"{ref} {ms:9.3f} ms ({ratio(ms, kiln_ms):>6})")
     print("   ".join(parts), flush=True)
 
 
-def compile_times(dev: kiln.Device, hits: int = 9) -> tuple[float, float]:
-    """Cold compile of a small kernel (empty cache), then the median of `hits` loads from
-    the disk cache, each by a fresh kernel object (frontend and code generation included,
-    as in a new process)."""
-    source = '''
+SAXPY = '''
 import kiln
 from kiln import f32, i32
 @kiln.kernel
@@ -215,28 +130,22 @@ def saxpy(a: f32, x: f32[:], y: f32[:], n: i32):
     if i < n:
         y[i] = a * x[i] + y[i]
 '''
-    old = os.environ.get("KILN_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
-        os.environ["KILN_CACHE_DIR"] = tmp
-        path = os.path.join(tmp, "saxpy_kernel.py")
-        with open(path, "w") as f:
-            f.write(source)
-        x = kiln.to_device(np.ones(1024, np.float32), dev)
-        try:
-            times = []
-            for _ in range(1 + hits):  # cold, then a fresh process's view: disk only
-                namespace: dict = {}
-                exec(compile(source, path, "exec"), namespace)
-                dev.backend.cache.forget()
-                start = time.perf_counter()
-                namespace["saxpy"][4, 256](np.float32(2), x, x, 1024)
-                dev.synchronize()
-                times.append((time.perf_counter() - start) * 1e3)
-        finally:
-            if old is None:
-                os.environ.pop("KILN_CACHE_DIR", None)
-            else:
-                os.environ["KILN_CACHE_DIR"] = old
+
+
+def compile_times(dev: kiln.Device, hits: int = 9) -> tuple[float, float]:
+    """Cold compile of a small kernel (empty cache), then the median of `hits` loads from
+    the disk cache, each by a fresh kernel object (frontend and code generation included,
+    as in a new process)."""
+    x = kiln.to_device(np.ones(1024, np.float32), dev)
+    times = []
+    with fresh_cache_dir() as tmp:
+        for _ in range(1 + hits):  # cold, then a fresh process's view: disk only
+            saxpy = load_kernel(SAXPY, "saxpy", tmp)
+            dev.backend.cache.forget()
+            start = time.perf_counter()
+            saxpy[4, 256](np.float32(2), x, x, 1024)
+            dev.synchronize()
+            times.append((time.perf_counter() - start) * 1e3)
     return times[0], statistics.median(times[1:])
 
 
@@ -244,17 +153,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer runs")
     args = parser.parse_args()
-    if os.environ.get("KILN_BACKEND", "cpu") != "cpu":
+    dev = backend_device("cpu", "bench_cpu")
+    if dev is None:
         return 0
-    entry = next(e for e in kiln.backends() if e.name == "cpu")
-    if not entry.available:
-        print(f"cpu backend unavailable: {entry.reason}")
-        return 0
-    dev = kiln.device("cpu")
     repeat = 5 if args.quick else 15
     print(f"cpu: {dev.capabilities.name}, {dev.capabilities.compute_units} threads, "
-          f"{dev.capabilities.arch}; {platform.python_version()}, NumPy {np.__version__}, "
-          f"{dev.backend.build_env().version}")
+          f"{dev.capabilities.arch}; {versions()}, {dev.backend.build_env().version}")
     rng = np.random.default_rng(0)
 
     n = 1 << (20 if args.quick else 24)
@@ -296,7 +200,7 @@ def main() -> int:
     dam, dbm, dcm = (kiln.to_device(v, dev) for v in (am, bm, cm))
 
     def run_mm() -> None:
-        matmul[(m // TILE, m // TILE), (TILE, TILE)](dam, dbm, dcm, m)
+        matmul_tiled_square[(m // TILE, m // TILE), (TILE, TILE)](dam, dbm, dcm, m)
         dev.synchronize()
 
     ms = median_ms(run_mm, repeat)

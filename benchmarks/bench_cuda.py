@@ -15,31 +15,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from common import (
+    backend_device,
+    event_median_ms,
+    fresh_cache_dir,
+    kiln_event_median_ms,
+    load_kernel,
+    markdown_table,
+    ratio,
+    timed_ms,
+)
 
 import kiln
 from kiln import f32, i32
+from kiln.examples import BLOCK, TILE, block_sum, matmul_naive, matmul_tiled_square, vector_add
 
-BLOCK = 256
-TILE = 16
 BM, BK, TM = 128, 8, 8  # register-blocked matmul: 128x128 tiles, 8 deep, 8x8 per thread
 
 # ---------------------------------------------------------------- kiln kernels
-
-
-@kiln.kernel
-def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        c[i] = a[i] + b[i]
 
 
 @kiln.kernel
@@ -61,30 +61,8 @@ def vector_add4(a: f32[:], b: f32[:], c: f32[:], n: i32):
 
 
 @kiln.kernel
-def reduce_sum(x: f32[:], out: f32[:], n: i32):
-    """Grid-stride partial sums, a shared-memory tree per block, one atomicAdd per block."""
-    s = kiln.shared(f32, 256)
-    t = kiln.thread_idx.x
-    acc = f32(0)
-    i = kiln.global_id(0)
-    while i < n:
-        acc += x[i]
-        i += kiln.global_size(0)
-    s[t] = acc
-    kiln.barrier()
-    k = kiln.block_dim.x // 2
-    while k > 0:
-        if t < k:
-            s[t] += s[t + k]
-        kiln.barrier()
-        k //= 2
-    if t == 0:
-        kiln.atomic_add(out, 0, s[0])
-
-
-@kiln.kernel
 def reduce_sum4(x: f32[:], out: f32[:], n: i32):
-    """As reduce_sum with four independent accumulators (four loads in flight)."""
+    """As block_sum with four independent accumulators (four loads in flight)."""
     s = kiln.shared(f32, 256)
     t = kiln.thread_idx.x
     g = kiln.global_size(0)
@@ -109,36 +87,6 @@ def reduce_sum4(x: f32[:], out: f32[:], n: i32):
         k //= 2
     if t == 0:
         kiln.atomic_add(out, 0, s[0])
-
-
-@kiln.kernel
-def matmul_naive(a: f32[:, :], b: f32[:, :], c: f32[:, :], n: i32):
-    col = kiln.global_id(0)
-    row = kiln.global_id(1)
-    if row < n and col < n:
-        acc = f32(0)
-        for k in range(n):
-            acc += a[row, k] * b[k, col]
-        c[row, col] = acc
-
-
-@kiln.kernel
-def matmul_tiled(a: f32[:, :], b: f32[:, :], c: f32[:, :], n: i32):
-    """16x16 shared-memory tiles (n a multiple of 16)."""
-    sa = kiln.shared(f32, (TILE, TILE))
-    sb = kiln.shared(f32, (TILE, TILE))
-    tx, ty = kiln.thread_idx.x, kiln.thread_idx.y
-    row = kiln.block_idx.y * TILE + ty
-    col = kiln.block_idx.x * TILE + tx
-    acc = f32(0)
-    for k0 in range(0, n, TILE):
-        sa[ty, tx] = a[row, k0 + tx]
-        sb[ty, tx] = b[k0 + ty, col]
-        kiln.barrier()
-        for k in kiln.static_range(TILE):
-            acc += sa[ty, k] * sb[k, tx]
-        kiln.barrier()
-    c[row, col] = acc
 
 
 @kiln.kernel
@@ -289,40 +237,13 @@ extern "C" __global__ void matmul_regs(const float *a, const float *b, float *c,
 # ---------------------------------------------------------------- timing
 
 
-def event_median(fn: Callable[[], Any], repeat: int, warmup: int = 3) -> float:
-    """Median milliseconds of `fn` (work on kiln's default stream) between CUDA events.
-
-    The repeats are queued back to back, so the GPU stays busy and the events time the
-    kernels, not the host's launch latency."""
-    dev = kiln.device("cuda")
-    for _ in range(warmup):
-        fn()
-    dev.synchronize()
-    events = [(kiln.Event(dev), kiln.Event(dev)) for _ in range(repeat)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    events[-1][1].synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
-
-
-def torch_event_median(fn: Callable[[], Any], repeat: int, warmup: int = 3) -> float:
-    """As `event_median`, for work on the current PyTorch stream (the legacy default
-    stream, which CuPy uses too)."""
+def torch_event_median(fn: Callable[[], Any], repeat: int) -> float:
+    """Median milliseconds of `fn` between PyTorch CUDA events, on the current PyTorch
+    stream (the legacy default stream, which CuPy uses too)."""
     import torch
 
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(repeat)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
+    return event_median_ms(fn, repeat, lambda: torch.cuda.Event(enable_timing=True),
+                           torch.cuda.synchronize)
 
 
 class Table:
@@ -341,18 +262,19 @@ class Table:
                     None)
 
     def markdown(self) -> str:
-        lines = ["| work | implementation | result | vs. hand CUDA C twin | note |",
-                 "|---|---|---|---|---|"]
+        cells = []
         for r in self.rows:
             value = "n/a" if r["value"] is None else f"{r['value']:.2f} {r['unit']}"
-            ratio = ""
+            versus = ""
             if r["twin"] and r["value"] is not None:
                 twin = self.value(r["work"], r["twin"])
                 if twin:
                     better_low = r["unit"] in ("us", "ms")
-                    ratio = f"{(twin / r['value'] if better_low else r['value'] / twin):.3f}x"
-            lines.append(f"| {r['work']} | {r['impl']} | {value} | {ratio} | {r['note']} |")
-        return "\n".join(lines)
+                    versus = (ratio(twin, r["value"], 3) if better_low
+                              else ratio(r["value"], twin, 3))
+            cells.append((r["work"], r["impl"], value, versus, r["note"]))
+        return markdown_table(("work", "implementation", "result", "vs. hand CUDA C twin",
+                               "note"), cells)
 
 
 def guarded(table: Table, work: str, impl: str, unit: str, fn: Callable[[], float | None],
@@ -398,8 +320,8 @@ def bench_bandwidth(table: Table, quick: bool) -> None:
         check_c(a_h + b_h)
         label = "1 element/thread" if name == "vector_add" else "4 elements/thread"
         guarded(table, "vector_add 2^26 f32", f"kiln {name}", "GB/s",
-                lambda k=kern, bl=blocks: gbs / event_median(lambda: k[bl, BLOCK](a, b, c, n),
-                                                              repeat), label,
+                lambda k=kern, bl=blocks: gbs / kiln_event_median_ms(
+                    dev, lambda: k[bl, BLOCK](a, b, c, n), repeat), label,
                 twin=f"CUDA C {name}")
         guarded(table, "vector_add 2^26 f32", f"CUDA C {name}", "GB/s",
                 lambda t=twin, bl=blocks: gbs / torch_event_median(
@@ -420,7 +342,7 @@ def bench_bandwidth(table: Table, quick: bool) -> None:
     cout = cp.asarray(out)
     blocks = 8 * dev.capabilities.compute_units
     expected = float(a_h.sum(dtype=np.float64))
-    for name, kern in (("reduce_sum", reduce_sum), ("reduce_sum4", reduce_sum4)):
+    for name, kern in (("reduce_sum", block_sum), ("reduce_sum4", reduce_sum4)):
         twin = raw.get_function(name)
         cout.fill(0)
         kern[blocks, BLOCK](a, out, n)
@@ -429,7 +351,8 @@ def bench_bandwidth(table: Table, quick: bool) -> None:
         label = ("1 load/iteration" if name == "reduce_sum" else "4 loads/iteration") + \
             f", {blocks} blocks"
         guarded(table, "reduce sum 2^26 f32", f"kiln {name}", "GB/s",
-                lambda k=kern: gbs_r / event_median(lambda: k[blocks, BLOCK](a, out, n), repeat),
+                lambda k=kern: gbs_r / kiln_event_median_ms(
+                    dev, lambda: k[blocks, BLOCK](a, out, n), repeat),
                 label, twin=f"CUDA C {name}")
         guarded(table, "reduce sum 2^26 f32", f"CUDA C {name}", "GB/s",
                 lambda t=twin: gbs_r / torch_event_median(
@@ -521,18 +444,20 @@ def bench_matmul(table: Table, quick: bool) -> None:
         err = rel_error(got, ref) if ref is not None else rel_error(got[rows], ref_rows)
         assert err < 1e-5, f"{what}: relative error {err:.2e}"
 
-    configs = (
-        ("matmul_naive", matmul_naive, (n // 16, n // 16), (16, 16), "16x16 threads"),
-        ("matmul_tiled", matmul_tiled, (n // TILE, n // TILE), (TILE, TILE), "16x16 tiles"),
-        ("matmul_regs", matmul_regs, (n // BM, n // BM), (256,), "128x128x8 tiles, 8x8/thread"),
+    configs = (  # the kiln kernels, each with the arguments it takes, and their CUDA C twins
+        ("matmul_naive", matmul_naive, (a, b, c), (n // 16, n // 16), (16, 16), "16x16 threads"),
+        ("matmul_tiled", matmul_tiled_square, (a, b, c, n), (n // TILE, n // TILE), (TILE, TILE),
+         "16x16 tiles"),
+        ("matmul_regs", matmul_regs, (a, b, c, n), (n // BM, n // BM), (256,),
+         "128x128x8 tiles, 8x8/thread"),
     )
-    for name, kern, grid, block, label in configs:
+    for name, kern, args, grid, block, label in configs:
         cc.fill(np.nan)
-        kern[grid, block](a, b, c, n)
+        kern[grid, block](*args)
         check(f"kiln {name}")
         guarded(table, f"matmul fp32 {n}^2", f"kiln {name}", "TFLOP/s",
-                lambda k=kern, g=grid, bl=block: flops / event_median(
-                    lambda: k[g, bl](a, b, c, n), repeat), label, twin=f"CUDA C {name}")
+                lambda k=kern, g=grid, bl=block, ar=args: flops / kiln_event_median_ms(
+                    dev, lambda: k[g, bl](*ar), repeat), label, twin=f"CUDA C {name}")
         twin = raw.get_function(name)
         cc.fill(np.nan)
         twin(grid + (1,) * (3 - len(grid)), block, (ca, cb, cc, np.int32(n)))
@@ -653,6 +578,8 @@ def _torch_launch(ca: Any, count: int) -> float:
 
 
 SMALL = '''
+import kiln
+from kiln import f32, i32
 @kiln.kernel
 def saxpy_{tag}(x: f32[:], y: f32[:], a: f32, n: i32):
     i = kiln.global_id(0)
@@ -663,48 +590,26 @@ def saxpy_{tag}(x: f32[:], y: f32[:], a: f32, n: i32):
 
 def bench_compile(table: Table) -> None:
     from kiln.backends.cuda import nvrtc
+    from kiln.backends.cuda.backend import _CACHE
 
     dev = kiln.device("cuda")
     nvrtc.version()  # NVRTC loaded, as the goal states
-    old = os.environ.get("KILN_CACHE_DIR")
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["KILN_CACHE_DIR"] = tmp
-        try:
-            cold, hit, front = [], [], []
-            for tag in range(5):
-                k1, k2 = _small_kernel(tag), _small_kernel(tag)
-                t0 = time.perf_counter()
-                k1.program((f32[:], f32[:], f32, i32))
-                front.append((time.perf_counter() - t0) * 1e3)
-                t0 = time.perf_counter()
-                k1.compile(dev)
-                cold.append((time.perf_counter() - t0) * 1e3)
-                from kiln.backends.cuda.backend import _CACHE
-                _CACHE.forget()  # a new process: the disk cache only
-                k2.program((f32[:], f32[:], f32, i32))
-                t0 = time.perf_counter()
-                k2.compile(dev)
-                hit.append((time.perf_counter() - t0) * 1e3)
-        finally:
-            if old is None:
-                os.environ.pop("KILN_CACHE_DIR")
-            else:
-                os.environ["KILN_CACHE_DIR"] = old
+    cold, hit, front = [], [], []
+    with fresh_cache_dir() as tmp:
+        for tag in range(5):
+            source, name = SMALL.format(tag=tag), f"saxpy_{tag}"
+            k1, k2 = load_kernel(source, name, tmp), load_kernel(source, name, tmp)
+            front.append(timed_ms(lambda k=k1: k.program((f32[:], f32[:], f32, i32))))
+            cold.append(timed_ms(lambda k=k1: k.compile(dev)))
+            _CACHE.forget()  # a new process: the disk cache only
+            k2.program((f32[:], f32[:], f32, i32))
+            hit.append(timed_ms(lambda k=k2: k.compile(dev)))
     table.add("compile a small kernel", "frontend (Python -> typed IR)", statistics.median(front),
               "ms", "not part of the two rows below")
     table.add("compile a small kernel", "cold: passes, codegen, NVRTC cubin, load", statistics
               .median(cold), "ms", "NVRTC loaded, empty cache")
     table.add("compile a small kernel", "disk cache hit: passes, codegen, load", statistics
               .median(hit), "ms", "in-memory cache dropped")
-
-
-def _small_kernel(tag: int) -> kiln.Kernel:
-    scope: dict[str, Any] = {"kiln": kiln, "f32": f32, "i32": i32}
-    path = os.path.join(tempfile.gettempdir(), f"kiln_bench_small_{tag}.py")
-    with open(path, "w") as f:
-        f.write(SMALL.format(tag=tag))
-    exec(compile(SMALL.format(tag=tag), path, "exec"), scope)
-    return scope[f"saxpy_{tag}"]
 
 
 def environment() -> dict[str, str]:
@@ -732,9 +637,7 @@ def main() -> int:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--markdown", help="write the table here")
     args = parser.parse_args()
-    entry = next(e for e in kiln.backends() if e.name == "cuda")
-    if not entry.available:
-        print(f"bench_cuda: skipped, the cuda backend is unavailable: {entry.reason}")
+    if backend_device("cuda", "bench_cuda") is None:
         return 0
     env = environment()
     print("environment: " + ", ".join(f"{k} {v}" for k, v in env.items()), flush=True)

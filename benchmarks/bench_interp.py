@@ -4,27 +4,20 @@ Times kiln-interp kernels against the NumPy expression computing the same thing 
 warm-up, median of several runs, launch plus synchronize) and prints a table with the ratio.
 The goal for vector_add on 2**22 float32 (blocks of 256) is a ratio within 3x.
 
-    python benchmarks/bench_interp.py [--repeat N]
+    python benchmarks/bench_interp.py [--repeat N]     (also: kiln bench --backend interp)
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import numpy as np
+from common import backend_device, median_ms, ratio
 
 import kiln
 from kiln import f32, i32
-
-
-@kiln.kernel
-def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        c[i] = a[i] + b[i]
+from kiln.examples import block_sum, vector_add
 
 
 @kiln.kernel
@@ -36,48 +29,19 @@ def saxpy_grid_stride(alpha: f32, x: f32[:], y: f32[:], n: i32):
 
 
 @kiln.kernel
-def block_sum(x: f32[:], out: f32[:], n: i32):
-    s = kiln.shared(f32, 256)
-    t = kiln.thread_idx.x
-    acc = f32(0)
-    i = kiln.global_id(0)
-    while i < n:
-        acc += x[i]
-        i += kiln.global_size(0)
-    s[t] = acc
-    kiln.barrier()
-    k = kiln.block_dim.x // 2
-    while k > 0:
-        if t < k:
-            s[t] += s[t + k]
-        kiln.barrier()
-        k //= 2
-    if t == 0:
-        kiln.atomic_add(out, 0, s[0])
-
-
-@kiln.kernel
 def histogram(keys: i32[:], bins: i32[:], n: i32):
     i = kiln.global_id(0)
     if i < n:
         kiln.atomic_add(bins, keys[i], 1)
 
 
-def median_ms(fn: Callable[[], object], repeat: int) -> float:
-    fn()  # warm up (compiles the kernel on the first launch)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
     repeat = parser.parse_args().repeat
-    dev = kiln.device("interp")
+    dev = backend_device("interp", "bench_interp")
+    if dev is None:
+        return
     rng = np.random.default_rng(0)
     n = 1 << 22
     a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
@@ -106,8 +70,9 @@ def main() -> None:
     print(f"interp vs NumPy, n = 2**22 float32, median of {repeat} runs")
     print(f"{'kernel':<22}{'kiln-interp ms':>16}{'numpy ms':>12}{'ratio':>9}")
     for name, kiln_fn, numpy_fn in cases:
-        t_kiln, t_numpy = median_ms(kiln_fn, repeat), median_ms(numpy_fn, repeat)
-        print(f"{name:<22}{t_kiln:>16.2f}{t_numpy:>12.2f}{t_kiln / t_numpy:>8.2f}x")
+        t_kiln, t_numpy = (median_ms(kiln_fn, repeat, warmup=1),
+                          median_ms(numpy_fn, repeat, warmup=1))
+        print(f"{name:<22}{t_kiln:>16.2f}{t_numpy:>12.2f}{ratio(t_kiln, t_numpy):>9}")
     np.testing.assert_allclose(dc.numpy(), a + b)
 
 

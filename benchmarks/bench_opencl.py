@@ -16,66 +16,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from common import markdown_table, median_ms, timed_ms
 
 import kiln
-from kiln import f32, i32
-
-BLOCK = 256
-TILE = 16
-
-
-@kiln.kernel
-def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        c[i] = a[i] + b[i]
-
-
-@kiln.kernel
-def reduce(x: f32[:], out: f32[:], n: i32):
-    s = kiln.shared(f32, BLOCK)
-    t = kiln.thread_idx.x
-    acc = f32(0)
-    i = kiln.global_id(0)
-    while i < n:
-        acc += x[i]
-        i += kiln.global_size(0)
-    s[t] = acc
-    kiln.barrier()
-    k = BLOCK // 2
-    while k > 0:
-        if t < k:
-            s[t] += s[t + k]
-        kiln.barrier()
-        k //= 2
-    if t == 0:
-        kiln.atomic_add(out, 0, s[0])
-
-
-@kiln.kernel
-def matmul(a: f32[:, :], b: f32[:, :], c: f32[:, :], n: i32):
-    ta = kiln.shared(f32, (TILE, TILE))
-    tb = kiln.shared(f32, (TILE, TILE))
-    tx, ty = kiln.thread_idx.x, kiln.thread_idx.y
-    col = kiln.block_idx.x * TILE + tx
-    row = kiln.block_idx.y * TILE + ty
-    acc = f32(0)
-    for t0 in range(0, n, TILE):
-        ta[ty, tx] = a[row, t0 + tx] if row < n and t0 + tx < n else f32(0)
-        tb[ty, tx] = b[t0 + ty, col] if t0 + ty < n and col < n else f32(0)
-        kiln.barrier()
-        for k in range(TILE):
-            acc += ta[ty, k] * tb[k, tx]
-        kiln.barrier()
-    if row < n and col < n:
-        c[row, col] = acc
+from kiln import f32
+from kiln.examples import BLOCK, TILE, block_sum, matmul_tiled, vector_add
 
 
 @kiln.kernel
@@ -93,21 +42,6 @@ class Row:
     rate: str
 
 
-def median_ms(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
-def timed_ms(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1e3
-
-
 def label(dev: kiln.Device) -> str:
     return f"{dev.name} ({dev.capabilities.name})"
 
@@ -123,9 +57,9 @@ def bench_device(dev: kiln.Device, n: int, mm: int, repeat: int) -> list[Row]:
     cases = [
         ("vector_add", vector_add, -(-n // BLOCK), BLOCK, (da, db, dc, n),
          lambda ms: f"{3 * 4 * n / ms / 1e6:.1f} GB/s"),
-        ("reduce", reduce, min(-(-n // BLOCK), 1024), BLOCK, (da, dout, n),
+        ("reduce", block_sum, min(-(-n // BLOCK), 1024), BLOCK, (da, dout, n),
          lambda ms: f"{4 * n / ms / 1e6:.1f} GB/s"),
-        ("matmul", matmul, mm_grid, (TILE, TILE), (dma, dmb, dmc, mm),
+        ("matmul", matmul_tiled, mm_grid, (TILE, TILE), (dma, dmb, dmc),
          lambda ms: f"{2 * mm**3 / ms / 1e6:.1f} GFLOP/s"),
     ]
     rows = []
@@ -137,12 +71,12 @@ def bench_device(dev: kiln.Device, n: int, mm: int, repeat: int) -> list[Row]:
             dev.synchronize()
 
         first = timed_ms(run)
-        ms = median_ms(run, repeat)
+        ms = median_ms(run, repeat, warmup=0)
         rows.append(Row(label(dev), name, build, first, ms, rate(ms)))
     np.testing.assert_allclose(dc.numpy(), a + b)
     np.testing.assert_allclose(dmc.numpy(), ma @ mb, rtol=1e-3)
     dout.copy_from_host(np.zeros(1, np.float32))
-    reduce[1024, BLOCK](da, dout, n)
+    block_sum[1024, BLOCK](da, dout, n)
     np.testing.assert_allclose(dout.numpy()[0], a.sum(dtype=np.float64), rtol=1e-3)
     rows += launch_overhead(dev, repeat)
     return rows
@@ -160,9 +94,8 @@ def launch_overhead(dev: kiln.Device, repeat: int) -> list[Row]:
             touch[1, 1](x)
         dev.synchronize()
 
-    sync_launch()
-    sync_us = median_ms(sync_launch, max(repeat, 50)) * 1e3
-    queued_us = median_ms(queued, 3)  # ms per 1000 launches = us per launch
+    sync_us = median_ms(sync_launch, max(repeat, 50), warmup=1) * 1e3
+    queued_us = median_ms(queued, 3, warmup=0)  # ms per 1000 launches = us per launch
     return [Row(label(dev), "launch + wait (1 thread)", None, None, sync_us / 1e3,
                 f"{sync_us:.0f} us"),
             Row(label(dev), "launch, queued (1 thread)", None, None, queued_us / 1e3,
@@ -180,8 +113,7 @@ def bench_numpy(n: int, mm: int, repeat: int) -> list[Row]:
         ("reduce", lambda: a.sum(), lambda ms: f"{4 * n / ms / 1e6:.1f} GB/s"),
         ("matmul", lambda: ma @ mb, lambda ms: f"{2 * mm**3 / ms / 1e6:.1f} GFLOP/s"),
     ):
-        fn()
-        ms = median_ms(fn, repeat)
+        ms = median_ms(fn, repeat, warmup=1)
         out.append(Row("numpy (host)", name, None, None, ms, rate(ms)))
     return out
 
@@ -196,15 +128,13 @@ def table(rows: list[Row], n: int, mm: int) -> str:
     def cell(v: float | None) -> str:
         return "" if v is None else f"{v:.1f}"
 
-    lines = [f"n = {n} float32 (vector_add, reduce), matmul {mm}x{mm} float32; times in ms "
-             "(build: cold compile; first: first launch + wait; run: median launch + wait)",
-             "",
-             "| kernel | device | build | first | run | rate |",
-             "|---|---|---:|---:|---:|---:|"]
-    for r in sorted(rows, key=lambda r: (r.kernel, r.device)):
-        lines.append(f"| {r.kernel} | {r.device} | {cell(r.build_ms)} | {cell(r.first_ms)} "
-                     f"| {r.run_ms:.3f} | {r.rate} |")
-    return "\n".join(lines)
+    heading = (f"n = {n} float32 (vector_add, reduce), matmul {mm}x{mm} float32; times in ms "
+               "(build: cold compile; first: first launch + wait; run: median launch + wait)")
+    body = markdown_table(
+        ("kernel", "device", "build", "first", "run", "rate"),
+        [(r.kernel, r.device, cell(r.build_ms), cell(r.first_ms), f"{r.run_ms:.3f}", r.rate)
+         for r in sorted(rows, key=lambda r: (r.kernel, r.device))], align="llrrrr")
+    return f"{heading}\n\n{body}"
 
 
 def main() -> None:

@@ -241,9 +241,10 @@ def benchmarks_dir() -> Path:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Run each benchmark script in benchmarks/ (a checkout), on one backend if asked."""
+    """Run each benchmark script (benchmarks/bench_*.py in a checkout), on one backend if
+    asked."""
     folder = benchmarks_dir()
-    scripts = sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
+    scripts = sorted(folder.glob("bench_*.py"))
     if not scripts:
         raise UsageError(f"no benchmark scripts in {folder} (benchmarks ship with a checkout)")
     env = dict(os.environ)
