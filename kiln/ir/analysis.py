@@ -1,9 +1,39 @@
-"""Small analyses over IR used by the executor and passes."""
+"""Small analyses over IR used by the executor, passes and backends."""
 
 from __future__ import annotations
 
-from .nodes import ArrayType, Call, IntrinsicCall, Program, Store, Var
+from .nodes import (
+    ArrayType,
+    Assign,
+    Call,
+    Expr,
+    For,
+    IntrinsicCall,
+    Native,
+    Program,
+    Stmt,
+    Store,
+    Var,
+)
 from .visit import walk
+
+
+def reads_and_writes(node: Stmt | Expr | list[Stmt]) -> tuple[set[str], set[str]]:
+    """The variables read and written under `node`: an indexed array counts as read, a for
+    loop's variable as both, and every variable of a `Native` block as both."""
+    reads: set[str] = set()
+    writes: set[str] = set()
+    for n in walk(node):
+        if isinstance(n, Var):
+            reads.add(n.name)
+        elif isinstance(n, Assign):
+            writes.add(n.target)
+        elif isinstance(n, For):
+            writes.add(n.var)
+            reads.add(n.var)
+        elif isinstance(n, Native):  # hand-written code may write what it mentions
+            writes |= {v.name for v in n.vars}
+    return reads, writes
 
 
 def written_params(program: Program) -> set[str]:

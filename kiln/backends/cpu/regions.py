@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from ...framework.intrinsics import Variance, intrinsics
 from ...ir import nodes as ir
+from ...ir.analysis import reads_and_writes
 from ...ir.enums import MemorySpace
 from ...ir.passes.convergence import Control, FunctionVariance, analyze
 from ...ir.types import ArrayType, ScalarType
@@ -83,7 +84,7 @@ class Region:
         """The variables a lockstep loop's condition reads."""
         if self.loop is None:
             return set()
-        return _names(self.loop.cond)[0] - {ind.var for ind in self.inductions}
+        return reads_and_writes(self.loop.cond)[0] - {ind.var for ind in self.inductions}
 
 
 @dataclass
@@ -177,23 +178,6 @@ def _escapes(s: ir.Stmt) -> bool:
     return visit(s, 0)
 
 
-def _names(node: ir.Stmt | ir.Expr | list[ir.Stmt]) -> tuple[set[str], set[str]]:
-    """Variables read and written under a node (arrays count as read when indexed)."""
-    reads: set[str] = set()
-    writes: set[str] = set()
-    for n in walk(node):
-        if isinstance(n, ir.Var):
-            reads.add(n.name)
-        elif isinstance(n, ir.Assign):
-            writes.add(n.target)
-        elif isinstance(n, ir.For):
-            writes.add(n.var)
-            reads.add(n.var)
-        elif isinstance(n, ir.Native):  # hand-written code may write what it mentions
-            writes |= {v.name for v in n.vars}
-    return reads, writes
-
-
 class _Splitter:
     def __init__(self, program: ir.Program) -> None:
         self.program = program
@@ -205,7 +189,7 @@ class _Splitter:
 
     def region(self, body: list[ir.Stmt], in_loop: bool, loop: ir.While | None = None) -> Region:
         region = Region(len(self.regions), body, in_loop, loop=loop)
-        region.reads, region.writes = _names(region.sequence)
+        region.reads, region.writes = reads_and_writes(region.sequence)
         region.has_return = any(isinstance(n, ir.Return) for n in walk(region.body))
         self.regions.append(region)
         return region
@@ -248,14 +232,14 @@ class _Splitter:
 
     def block_level(self, s: ir.Stmt, in_loop: bool) -> Item:
         if isinstance(s, ir.If):
-            self.block_reads |= _names(s.cond)[0]
+            self.block_reads |= reads_and_writes(s.cond)[0]
             return BlockIf(s, self.split(s.then, in_loop), self.split(s.orelse, in_loop))
         if isinstance(s, ir.While):
-            self.block_reads |= _names(s.cond)[0]
+            self.block_reads |= reads_and_writes(s.cond)[0]
             return BlockLoop(s, self.split(s.body, True))
         if isinstance(s, ir.For):
             for e in (s.start, s.stop, s.step):
-                self.block_reads |= _names(e)[0]
+                self.block_reads |= reads_and_writes(e)[0]
             self.block_loop_vars.append(s.var)
             return BlockLoop(s, self.split(s.body, True))
         if isinstance(s, (ir.Break, ir.Continue, ir.Return)):
@@ -318,7 +302,7 @@ def _inductions(loop: ir.While, before: list[ir.Stmt], kernel: ir.Function) -> l
         if not (step is not None and isinstance(t, ScalarType) and t.is_int
                 and _invariant(step, set(written))):
             continue
-        init = next((x for x in reversed(before) if var in _names(x)[1]), None)
+        init = next((x for x in reversed(before) if var in reads_and_writes(x)[1]), None)
         if isinstance(init, ir.Assign) and init.target == var:
             found.append(Induction(var, init.value, step))
     return found
@@ -328,12 +312,12 @@ def _assigned_first(var: str, body: list[ir.Stmt]) -> bool:
     """Whether the first top-level statement using `var` assigns it (an assignment or a
     `for` loop over it) without reading it first. A vector-access hint is a plain block."""
     for s in _flatten_vector_access(body):
-        reads, writes = _names(s)
+        reads, writes = reads_and_writes(s)
         if var in reads or var in writes:
             if isinstance(s, ir.For) and s.var == var:
-                return not any(var in _names(e)[0] for e in (s.start, s.stop, s.step))
+                return not any(var in reads_and_writes(e)[0] for e in (s.start, s.stop, s.step))
             return (isinstance(s, ir.Assign) and s.target == var
-                    and var not in _names(s.value)[0])
+                    and var not in reads_and_writes(s.value)[0])
     return False
 
 
@@ -360,7 +344,7 @@ def plan_kernel(program: ir.Program) -> Plan:
         _keep_inductions(r, regions, inputs | set(remat), splitter.block_reads, fresh)
         r.private += [n for n in block_vars if n in r.writes]  # shadows
         if r is not regions[0]:
-            init_reads = set().union(*(_names(i.init)[0] for i in r.inductions))
+            init_reads = set().union(*(reads_and_writes(i.init)[0] for i in r.inductions))
             r.remat = _needed(remat, r.reads | init_reads)
     candidates = [*(p for p in kernel.params if p.name in writes),
                   *(ir.Param(n, t) for n, t in kernel.locals.items()
@@ -410,7 +394,7 @@ def _keep_inductions(region: Region, regions: list[Region], inputs: set[str],
             for r in regions if r is not region)
 
     region.inductions = [ind for ind in region.inductions if dead(ind.var)
-                         and _invariant(ind.init, set(_names(ind.init)[0]) - inputs)]
+                         and _invariant(ind.init, set(reads_and_writes(ind.init)[0]) - inputs)]
     for ind in region.inductions:
         region.reads.discard(ind.var)
         region.writes.discard(ind.var)
@@ -421,7 +405,7 @@ def _needed(remat: dict[str, ir.Assign], reads: set[str]) -> list[str]:
     need = set(reads) & set(remat)
     for name in reversed(remat):  # later definitions depend only on earlier ones
         if name in need:
-            need |= _names(remat[name].value)[0] & set(remat)
+            need |= reads_and_writes(remat[name].value)[0] & set(remat)
     return [n for n in remat if n in need]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import nodes as ir
+from ..analysis import reads_and_writes
 from ..visit import Transformer, walk
 from .common import all_functions, clone_program, has_side_effects
 from .fold import python_value
@@ -30,7 +31,7 @@ def remove_dead_code(program: ir.Program) -> ir.Program:
             remover = _UnreadAssignments(func)
             func.body = remover.transform_body(func.body)
             changed = remover.changed
-        mentioned = _mentioned(func.body)
+        mentioned = set.union(*reads_and_writes(func.body))
         func.locals = {n: t for n, t in func.locals.items() if n in mentioned}
     return program
 
@@ -84,15 +85,3 @@ class _UnreadAssignments(Transformer):
             return s
         self.changed = True
         return ir.ExprStmt(s.value, loc=s.loc) if has_side_effects(s.value) else None
-
-
-def _mentioned(body: list[ir.Stmt]) -> set[str]:
-    names: set[str] = set()
-    for n in walk(body):
-        if isinstance(n, ir.Var):
-            names.add(n.name)
-        elif isinstance(n, ir.Assign):
-            names.add(n.target)
-        elif isinstance(n, ir.For):
-            names.add(n.var)
-    return names
