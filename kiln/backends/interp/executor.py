@@ -151,11 +151,16 @@ class FunctionCode:
 
         return run
 
-    def stmt(self, s: ir.Stmt) -> StmtFn:
-        method = getattr(self, f"_stmt_{type(s).__name__}", None)
+    def _handler(self, node: ir.Stmt | ir.Expr, prefix: str, what: str) -> Callable[[Any], Any]:
+        """The `_<prefix>_<Class>` method that builds `node`'s closure."""
+        method = getattr(self, f"_{prefix}_{type(node).__name__}", None)
         if method is None:
-            raise UnsupportedError(f"the interp backend cannot run {type(s).__name__} "
-                                   "statements", s.loc)
+            raise UnsupportedError(f"the interp backend cannot run {type(node).__name__} {what}",
+                                   node.loc)
+        return method
+
+    def stmt(self, s: ir.Stmt) -> StmtFn:
+        method = self._handler(s, "stmt", "statements")
         self._views = not _has_effects(_own_expressions(s))
         return method(s)
 
@@ -337,11 +342,7 @@ class FunctionCode:
 
     # ---- expressions
     def expr(self, e: ir.Expr) -> ExprFn:
-        method = getattr(self, f"_expr_{type(e).__name__}", None)
-        if method is None:
-            raise UnsupportedError(f"the interp backend cannot run {type(e).__name__} "
-                                   "expressions", e.loc)
-        return method(e)
+        return self._handler(e, "expr", "expressions")(e)
 
     def _expr_Const(self, e: ir.Const) -> ExprFn:
         value = _scalar_type(e.type, e).dtype.type(e.value)
