@@ -32,6 +32,19 @@ def marked_line(obj: Any, marker: str = "# error") -> int:
     return hits[0]
 
 
+def assert_kernel_error(kernel: kiln.Kernel, cls: type[kiln.KernelError], fragment: str) -> None:
+    """Building `kernel`'s IR raises exactly a `cls` whose message holds `fragment`, located
+    at the kernel's line marked `# error` in the file that defines it."""
+    with pytest.raises(kiln.KernelError) as info:
+        kernel.ir()
+    exc = info.value
+    assert type(exc) is cls, f"{type(exc).__name__}: {exc}"
+    assert fragment in exc.message, exc.message
+    assert exc.loc is not None
+    here = str(Path(inspect.getsourcefile(kernel.pyfunc) or "").resolve())
+    assert (exc.loc.file, exc.loc.line) == (here, marked_line(kernel))
+
+
 def run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `python -c code` in a fresh interpreter (for environment variables read once)."""
     full_env = {k: v for k, v in os.environ.items()

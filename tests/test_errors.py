@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import marked_line
+from conftest import assert_kernel_error, marked_line
 
 import kiln
 from kiln import f32, i32
@@ -441,11 +441,7 @@ def compile_error(kernel: kiln.Kernel, *types: kiln.ScalarType) -> kiln.KernelEr
 @pytest.mark.parametrize(("kernel", "cls", "fragment"), KERNEL_ERRORS,
                          ids=[k.name for k, _, _ in KERNEL_ERRORS])
 def test_kernel_error(kernel: kiln.Kernel, cls: type, fragment: str) -> None:
-    exc = compile_error(kernel)
-    assert type(exc) is cls, f"{type(exc).__name__}: {exc}"
-    assert fragment in exc.message
-    assert exc.loc is not None
-    assert (exc.loc.file, exc.loc.line) == (HERE, marked_line(kernel))
+    assert_kernel_error(kernel, cls, fragment)
 
 
 @pytest.mark.parametrize(("kernel", "func", "cls", "fragment"), [

@@ -3,16 +3,12 @@ the line marked `# error`; bad host values get a LaunchError naming the argument
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from conftest import marked_line
+from conftest import assert_kernel_error, marked_line
 
 import kiln
 from kiln import f32, f32x2, f32x3, f32x4, i32, i32x4
-
-HERE = str(Path(__file__).resolve())
 
 
 @kiln.struct
@@ -249,13 +245,7 @@ KERNEL_ERRORS = [
 @pytest.mark.parametrize(("kernel", "cls", "fragment"), KERNEL_ERRORS,
                          ids=[k.name for k, _, _ in KERNEL_ERRORS])
 def test_kernel_error(kernel: kiln.Kernel, cls: type, fragment: str) -> None:
-    with pytest.raises(kiln.KernelError) as info:
-        kernel.ir()
-    exc = info.value
-    assert type(exc) is cls, f"{type(exc).__name__}: {exc}"
-    assert fragment in exc.message, exc.message
-    assert exc.loc is not None
-    assert (exc.loc.file, exc.loc.line) == (HERE, marked_line(kernel))
+    assert_kernel_error(kernel, cls, fragment)
 
 
 def test_device_functions_return_scalars() -> None:

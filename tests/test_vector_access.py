@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import marked_line
+from conftest import assert_kernel_error
 
 import kiln
 from kiln import f32, f32x2, f32x4, f64x4, i32, i32x4
@@ -22,8 +21,6 @@ from kiln.ir import nodes as ir
 from kiln.ir.passes import default_pipeline
 from kiln.ir.printer import format_program
 from kiln.ir.visit import walk
-
-HERE = str(Path(__file__).resolve())
 
 
 def lowered(kernel: kiln.Kernel) -> ir.Program:
@@ -267,13 +264,7 @@ KERNEL_ERRORS = [
 @pytest.mark.parametrize(("kernel", "cls", "fragment"), KERNEL_ERRORS,
                          ids=[k.name for k, _, _ in KERNEL_ERRORS])
 def test_kernel_error(kernel: kiln.Kernel, cls: type, fragment: str) -> None:
-    with pytest.raises(kiln.KernelError) as info:
-        kernel.ir()
-    exc = info.value
-    assert type(exc) is cls, f"{type(exc).__name__}: {exc}"
-    assert fragment in exc.message, exc.message
-    assert exc.loc is not None
-    assert (exc.loc.file, exc.loc.line) == (HERE, marked_line(kernel))
+    assert_kernel_error(kernel, cls, fragment)
 
 
 def test_load_and_store_are_kernel_only() -> None:
