@@ -140,5 +140,5 @@ def test_concurrent_processes_compile_the_same_kernel(cache_dir: Path, tmp_path:
     assert not list((cache_dir / "cpu").glob("*.tmp-*"))
     again = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                            text=True, timeout=120)
-    assert again.returncode == 0 and "cached (disk)" in again.stderr, again.stderr
+    assert again.returncode == 0 and "cached (disk, kernel key)" in again.stderr, again.stderr
     assert "compiled" not in again.stderr

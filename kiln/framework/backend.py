@@ -5,7 +5,8 @@ here (`availability`), which devices it has and what they can do, how it moves m
 which IR pass pipeline it wants, and how it runs a kernel:
 
 - JIT:    generate_source(program) -> str; compile(source, device, options) -> code;
-          link(code, device) -> routine; launch(routine, grid, block, args, stream)
+          link(code, device) -> routine; launch(routine, grid, block, args, stream);
+          optionally export_code(code) / import_code(exported, device) for the kernel cache
 - DIRECT: execute(program, grid, block, args, stream)
 - CUSTOM: run(program, grid, block, args, stream)
 
@@ -190,6 +191,19 @@ class JITBackend(Backend):
     def link(self, code: Any, device: Device) -> Any:
         """Bind compiled code to a device (default: the code is the routine)."""
         return code
+
+    def export_code(self, code: Any, source: str, options: dict[str, Any]) -> Any:
+        """Opt in to the kernel cache (`kiln.framework.kernelcache`): a picklable form of
+        `code` (compiled from `source` with `options`) that `import_code` turns back into
+        code in a later process, which then skips the frontend, the passes and code
+        generation. A backend whose `compile` finds binaries by their source in the compile
+        cache may return `(source, options)` and compile again on import. None keeps this
+        code out; a backend that does not override this is not cached that way."""
+        return None
+
+    def import_code(self, exported: Any, device: Device) -> Any:
+        """Compiled code again, from what `export_code` returned (in another process)."""
+        raise NotImplementedError(f"the {self.name} backend does not export code")
 
     @abstractmethod
     def launch(self, routine: Any, grid: Dim3, block: Dim3, args: Sequence[Any],

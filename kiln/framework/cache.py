@@ -10,6 +10,7 @@ a whole entry or none; a truncated or corrupt entry fails its footer check and i
 processes sharing the directory at most compile the same kernel twice.
 
 `KILN_LOG=info` logs one line per kernel: compiled or cached, and how long it took.
+A second level keyed before the frontend runs, the kernel key, is `kiln.framework.kernelcache`.
 The `kiln cache` command uses `info()` and `clear()`.
 """
 
@@ -176,7 +177,7 @@ class CompileCache:
                 return self._memory[key]
         start = time.perf_counter()
         entry = self.lookup(key)
-        how = "cached (disk)"
+        how = "cached (disk, source key)"
         if entry is None:
             entry = self.store(key, build())
             how = "compiled"

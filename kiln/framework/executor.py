@@ -33,6 +33,7 @@ from ..runtime.interop import adopt
 from ..runtime.selection import device as resolve_device
 from .backend import Dim3, ExecutionModel
 from .fastpath import remember, try_plan
+from .kernelcache import kernel_key
 
 if TYPE_CHECKING:
     from ..lang.kernel import Kernel
@@ -149,30 +150,50 @@ def pick_device(args: Sequence[Any], device: Device | str | None) -> Device:
 
 
 def specialize(kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> Specialization:
-    """Build (or fetch from the kernel's cache) the routine for one signature and device."""
+    """Build (or fetch from the kernel's cache) the routine for one signature and device.
+
+    A JIT backend's kernel is first looked up on disk by its kernel key
+    (`kiln.framework.kernelcache`): a hit skips the frontend, the passes and code generation.
+    """
     backend = device.backend
     key = (arg_types, device.name, backend.build_identity(device))
     spec = kernel.specializations.get(key)
     if spec is not None:
         return spec
+    stored = kernel_key(kernel, arg_types, device)
+    found = stored.load(device) if stored is not None else None
+    if found is not None:
+        program, code, written = found.program, found.code, found.written
+    else:
+        program, source, code, written = _build(kernel, arg_types, device)
+        if stored is not None:
+            stored.store(program, written, code, source, dict(kernel.options))
+    routine = (backend.link(code, device)  # type: ignore[attr-defined]
+               if backend.execution_model is ExecutionModel.JIT else program)
+    spec = Specialization(program, routine, written, device)
+    kernel.specializations[key] = spec
+    return spec
+
+
+def _build(kernel: Kernel, arg_types: tuple[Type, ...], device: Device
+           ) -> tuple[Program, str, Any, frozenset[str]]:
+    """Frontend, the backend's passes and (JIT) its code generator and compiler: the
+    program, the source and code ("" and None for other execution models) and the names of
+    the parameters the kernel may write."""
+    backend = device.backend
     program = kernel.program(arg_types)
     for stage in backend.pipeline(device):
         program = stage(program)
-    model = backend.execution_model
-    if model is ExecutionModel.JIT:
+    source, code = "", None
+    if backend.execution_model is ExecutionModel.JIT:
         source = backend.generate_source(program)  # type: ignore[attr-defined]
         code = backend.compile(source, device, dict(kernel.options))  # type: ignore[attr-defined]
-        routine = backend.link(code, device)  # type: ignore[attr-defined]
-    else:
-        routine = program
     written = written_params(program)
     original = kernel.program(arg_types).kernel.params
     if program.kernel.params and program.kernel.params[0].source is not None:  # lowered
         written = {original[p.source.index].name for p in program.kernel.params
                    if p.name in written}  # type: ignore[union-attr]
-    spec = Specialization(program, routine, frozenset(written), device)
-    kernel.specializations[key] = spec
-    return spec
+    return program, source, code, frozenset(written)
 
 
 def bind_arguments(kernel: Kernel, args: Sequence[Any]) -> tuple[Type, ...]:

@@ -70,9 +70,12 @@ class IntrinsicRegistry:
     def __init__(self) -> None:
         self._specs: dict[str, Intrinsic] = {}
         self._impls: dict[tuple[str, str], Any] = {}
+        self.revision = 0
+        """Counts changes (registrations and implementations), for caches of what is here."""
 
     def register(self, spec: Intrinsic) -> None:
         self._specs[spec.name] = spec
+        self.revision += 1
 
     def __contains__(self, name: str) -> bool:
         return name in self._specs
@@ -89,6 +92,7 @@ class IntrinsicRegistry:
             if name not in self._specs:
                 raise KeyError(f"unknown intrinsic {name!r}")
             self._impls[(namespace, name)] = impl
+        self.revision += 1
 
     def implementation(self, name: str, namespaces: Iterable[str]) -> Any:
         """The first implementation found along the namespace chain, or None."""

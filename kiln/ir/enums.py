@@ -24,7 +24,7 @@ class ExtensibleEnum:
         return f"{type(self).__name__}.{self.name}"
 
     def __reduce__(self) -> tuple:
-        return (type(self).__getitem__, (self.name,))
+        return (getattr, (type(self), self.name))  # the registered member: still a singleton
 
     @classmethod
     def register(cls, name: str) -> ExtensibleEnum:

@@ -72,6 +72,9 @@ class Kernel(_Compilable):
         self.launch_plans: dict[Any, Callable[..., bool]] = {}  # see framework.fastpath
         self._launchers: dict[Any, Launcher] = {}
         self._programs: dict[tuple[Type, ...], Program] = {}
+        self.frontend_runs = 0
+        """How many signatures the frontend built for this kernel object (a kernel-cache
+        hit runs none)."""
 
     def __repr__(self) -> str:
         return f"<kiln.kernel {self.name}>"
@@ -102,6 +105,7 @@ class Kernel(_Compilable):
             from ..ir.passes import check_program
             from .frontend import build_program
 
+            self.frontend_runs += 1
             program = check_program(build_program(self.pyfunc, arg_types, kernel=True))
             self._programs[arg_types] = program
         return program

@@ -180,6 +180,17 @@ class CpuBackend(HostMemoryMixin, JITBackend):
             raise ValueError("the cpu backend compiles only source from its generate_source")
         return CpuKernel(self, source, abi, self.build_env(options), options)
 
+    def export_code(self, code: CpuKernel, source: str, options: dict[str, Any]
+                    ) -> tuple[str, list[AbiParam], dict[str, Any]]:
+        """For the kernel cache: the source, ABI and options (each block shape's binary is
+        then found by its source key, `CpuKernel.binary`)."""
+        return source, code.abi, options
+
+    def import_code(self, exported: tuple[str, list[AbiParam], dict[str, Any]],
+                    device: Any) -> CpuKernel:
+        source, abi, options = exported
+        return CpuKernel(self, source, abi, self.build_env(options), options)
+
     def launch(self, routine: CpuKernel, grid: Dim3, block: Dim3, args: Sequence[Any],
                stream: HostStream) -> None:
         entry = routine.binary(block).entry

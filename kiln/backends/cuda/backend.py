@@ -148,6 +148,13 @@ class CudaBackend(JITBackend):
         return compile_cached(source, match[1], device.capabilities.arch,
                               fastmath=bool(options.get("fastmath", False)))
 
+    def export_code(self, code: CudaCode, source: str, options: dict[str, Any]) -> CudaCode:
+        """For the kernel cache: the cubin itself (a hit then reads one file)."""
+        return code
+
+    def import_code(self, exported: CudaCode, device: Device) -> CudaCode:
+        return exported
+
     def link(self, code: CudaCode, device: Device) -> Routine:
         context: Context = device.handle
         return Routine(context, load_module(context, code.image), code.name)

@@ -88,6 +88,16 @@ class OpenCLBackend(JITBackend):
         name = KERNEL_NAME.search(source)
         return build(device.handle, source, options, name[1] if name else "kernel")
 
+    def export_code(self, code: Built, source: str, options: dict[str, Any]
+                    ) -> tuple[str, dict[str, Any]]:
+        """For the kernel cache: the source and options (the program binary is then found
+        by its source key)."""
+        return source, options
+
+    def import_code(self, exported: tuple[str, dict[str, Any]], device: Device) -> Built:
+        source, options = exported
+        return self.compile(source, device, options)
+
     def launch(self, routine: Built, grid: Dim3, block: Dim3, args: Sequence[Any],
                stream: Any) -> None:
         routine.set_args(flatten(args))

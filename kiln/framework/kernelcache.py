@@ -1,0 +1,244 @@
+"""The kernel key: the disk cache's second level, computed before the frontend runs.
+
+The compile cache's key (`cache.cache_key`, the *source key*) covers the generated source,
+so finding a binary by it needs the frontend, the IR passes and code generation first
+(milliseconds of Python). The *kernel key* covers what those steps read instead: kiln's own
+code, the kernel's source and everything it can see (`kiln.lang.fingerprint`), the
+argument types (constexpr values included), the device's capabilities, its backend's build
+identity and intrinsic implementations, and the kernel's options. Under it, a JIT backend
+that opts in (`JITBackend.export_code` / `import_code`) keeps the lowered program, the
+parameters the kernel writes and its code, pickled, in one compile-cache entry
+(`<backend>/<key>.kernel`, with the cache's integrity footer). A launch in a later process
+(or by a fresh kernel object) that finds it links the code without running the frontend.
+
+A kernel that reads a name of a kind the fingerprint does not know has no kernel key and
+takes the usual path; so does a program that cannot be pickled. `KILN_LOG=info` says which
+key hit: `cached (disk, kernel key)` here, `cached (disk, source key)` in the compile cache.
+Entries are pickles: the cache directory must be as trusted as the binaries kiln loads
+from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import logging
+import os
+import pickle
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..ir.nodes import Program
+from ..ir.types import SCALAR_BY_NAME, ScalarType, StructType, Type
+from ..lang.fingerprint import NotFingerprintable, fingerprint, type_fingerprint
+from .backend import Capabilities, JITBackend
+from .cache import CompileCache
+from .intrinsics import intrinsics
+
+if TYPE_CHECKING:
+    from ..lang.kernel import Kernel
+    from ..runtime.device import Device
+
+SUFFIX = ".kernel"
+PROTOCOL = pickle.HIGHEST_PROTOCOL
+logger = logging.getLogger("kiln.cache")
+
+
+@dataclass(frozen=True)
+class CachedKernel:
+    """What a kernel key finds: the program as the backend received it (after its passes),
+    the names of the array parameters the kernel may write, and the code to link."""
+
+    program: Program
+    written: frozenset[str]
+    code: Any
+
+
+class KernelKey:
+    """One kernel's key for one signature on one device: `load()`, or `store()` once built."""
+
+    def __init__(self, key: str, backend: JITBackend, label: str) -> None:
+        self.key, self.backend, self.label = key, backend, label
+        self.cache = _cache(backend.name)
+
+    def load(self, device: Device) -> CachedKernel | None:
+        """The cached kernel with its code imported, or None (a miss, or an unreadable
+        entry, which is removed so that it gets rebuilt)."""
+        start = time.perf_counter()
+        entry = self.cache.lookup(self.key)
+        if entry is None:
+            logger.info("%s: not in the kernel cache (kernel key %.12s)", self.label, self.key)
+            return None
+        try:
+            found = pickle.loads(entry.payload)  # noqa: S301 - kiln's own cache directory
+            if not isinstance(found, CachedKernel):
+                raise TypeError(f"a {type(found).__name__}, not a cached kernel")
+            found = dataclasses.replace(found, code=self.backend.import_code(found.code, device))
+        except Exception as exc:  # written by another kiln, or damaged in a valid footer
+            logger.warning("%s: discarding an unreadable kernel cache entry %s (%s)",
+                           self.label, entry.path, exc)
+            entry.path.unlink(missing_ok=True)
+            return None
+        logger.info("%s: cached (disk, kernel key) in %.1f ms", self.label,
+                    (time.perf_counter() - start) * 1e3)
+        return found
+
+    def store(self, program: Program, written: frozenset[str], code: Any, source: str,
+              options: dict[str, Any]) -> None:
+        """Keep a freshly built kernel under this key (never fails the launch)."""
+        exported = self.backend.export_code(code, source, options)
+        if exported is None:
+            return
+        try:
+            payload = _dumps(CachedKernel(program, written, exported))
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            logger.info("%s: not stored under a kernel key (%s)", self.label, exc)
+            return
+        try:
+            self.cache.store(self.key, payload)
+        except OSError as exc:
+            logger.warning("%s: cannot write the kernel cache (%s)", self.label, exc)
+
+
+def kernel_key(kernel: Kernel, arg_types: Sequence[Type], device: Device) -> KernelKey | None:
+    """The kernel key for one launch signature, or None when the device's backend does not
+    export code or the kernel reads something `kiln.lang.fingerprint` cannot fingerprint."""
+    backend = device.backend
+    if not isinstance(backend, JITBackend) \
+            or type(backend).export_code is JITBackend.export_code:
+        return None
+    label = f"{backend.name} {kernel.name}"
+    try:
+        parts = {
+            "kiln": kiln_identity(),
+            "backend": backend_identity(backend),
+            "build": backend.build_identity(device),
+            "device": capabilities_identity(device.capabilities),
+            "intrinsics": intrinsics_identity(backend.intrinsic_namespaces),
+            "types": [type_fingerprint(t) for t in arg_types],
+            "kernel": fingerprint(kernel),
+        }
+    except NotFingerprintable as exc:
+        logger.info("%s: no kernel key (%s)", label, exc)
+        return None
+    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+    return KernelKey(key, backend, label)
+
+
+# ---------------------------------------------------------------- identities
+
+
+@cache
+def kiln_identity() -> str:
+    """kiln's version with Python's and NumPy's; for a source checkout (kiln not installed
+    under site-packages), which changes without a new version, also the path, size and
+    modification time of every module file."""
+    import kiln
+
+    root = Path(kiln.__file__).parent
+    h = hashlib.sha256(f"{kiln.__version__} {sys.version} numpy {np.__version__} "
+                       f"pickle {PROTOCOL}".encode())
+    if not {"site-packages", "dist-packages"} & set(root.parts):
+        for line in sorted(_module_files(root, root)):
+            h.update(line.encode())
+    return h.hexdigest()
+
+
+def _module_files(directory: Path, root: Path) -> list[str]:
+    out = []
+    with os.scandir(directory) as entries:
+        for e in entries:
+            if e.name.endswith(".py"):
+                st = e.stat()
+                out.append(f"{Path(e.path).relative_to(root)} {st.st_size} {st.st_mtime_ns}\n")
+            elif e.is_dir() and e.name != "__pycache__":
+                out += _module_files(Path(e.path), root)
+    return out
+
+
+def backend_identity(backend: JITBackend) -> str:
+    """The backend's class, and for a plugin the size and time of its module's file."""
+    cls = type(backend)
+    name = f"{backend.name} {cls.__module__}.{cls.__qualname__}"
+    if cls.__module__.split(".")[0] == "kiln":
+        return name
+    file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if file:
+        st = os.stat(file)
+        name += f" {st.st_size} {st.st_mtime_ns}"
+    return name
+
+
+def capabilities_identity(caps: Capabilities) -> str:
+    return repr([(f.name, sorted(v) if isinstance(v, frozenset) else v)
+                 for f in dataclasses.fields(caps) for v in [getattr(caps, f.name)]])
+
+
+_INTRINSIC_IDS: dict[tuple[tuple[str, ...], int], str] = {}
+
+
+def intrinsics_identity(namespaces: Sequence[str]) -> str:
+    """Every intrinsic's specification and its implementation along `namespaces` (plugins
+    and users may register and implement intrinsics); cached per registry revision."""
+    cache_key = (tuple(namespaces), intrinsics.revision)
+    found = _INTRINSIC_IDS.get(cache_key)
+    if found is None:
+        lines = []
+        for name in intrinsics.names():
+            spec = intrinsics[name]
+            fields = [_identity(getattr(spec, f.name)) for f in dataclasses.fields(spec)]
+            impl = _identity(intrinsics.implementation(name, namespaces))
+            lines.append(f"{' '.join(fields)} = {impl}")
+        found = _INTRINSIC_IDS[cache_key] = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    return found
+
+
+def _identity(value: Any) -> str:
+    """A registry entry: text by value; a function by name (and, outside kiln, its code)."""
+    code = getattr(value, "__code__", None)
+    if not callable(value) or isinstance(value, type):
+        return repr(value)
+    name = f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
+    if code is not None and not name.startswith("kiln."):
+        name += f" {hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()}"
+    return name
+
+
+# ---------------------------------------------------------------- entries
+
+
+@cache
+def _cache(backend: str) -> CompileCache:
+    return CompileCache(backend, SUFFIX)
+
+
+class _Pickler(pickle.Pickler):
+    """Scalar types unpickle as kiln's singletons (code compares them by identity); records
+    leave their Python class behind (a local class cannot be pickled, and nothing after the
+    frontend needs it)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, ScalarType):
+            return (scalar_type, (obj.name,))
+        if isinstance(obj, StructType) and obj.pyclass is not None:
+            return (StructType, (obj.name, obj.fields))
+        return NotImplemented
+
+
+def scalar_type(name: str) -> ScalarType:
+    return SCALAR_BY_NAME[name]
+
+
+def _dumps(value: Any) -> bytes:
+    out = io.BytesIO()
+    _Pickler(out, PROTOCOL).dump(value)
+    return out.getvalue()
