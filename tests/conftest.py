@@ -13,6 +13,7 @@ import pytest
 
 import kiln
 from kiln.backends.interp import InterpBackend
+from kiln.framework.registry import BackendEntry
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,6 +22,17 @@ REPO = Path(__file__).resolve().parent.parent
 def interp() -> kiln.Device:
     """The NumPy interpreter's device: always there, needs nothing but NumPy."""
     return kiln.device("interp")
+
+
+def backend_entry(name: str) -> BackendEntry:
+    """The registry's entry for backend `name` (available or not, with the reason)."""
+    return next(e for e in kiln.backends() if e.name == name)
+
+
+def requires_backend(name: str, missing: str) -> pytest.MarkDecorator:
+    """Skips where backend `name` is unavailable, with the reason `missing: <why>`."""
+    entry = backend_entry(name)
+    return pytest.mark.skipif(not entry.available, reason=f"{missing}: {entry.reason}")
 
 
 def marked_line(obj: Any, marker: str = "# error") -> int:

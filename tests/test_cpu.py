@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import marked_line, run_python
+from conftest import backend_entry, marked_line, run_python
 
 import kiln
 from kiln import f16, f32, f64, i32, i64, u32
@@ -13,7 +13,7 @@ from kiln.examples import TILE, block_sum, mandelbrot, matmul_tiled_square, vect
 
 @pytest.fixture(scope="module")
 def cpu() -> kiln.Device:
-    entry = next(e for e in kiln.backends() if e.name == "cpu")
+    entry = backend_entry("cpu")
     if not entry.available:
         pytest.skip(f"no C compiler with OpenMP here: {entry.reason}")
     return kiln.device("cpu")

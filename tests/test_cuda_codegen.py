@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import backend_entry
 
 import kiln
 from kiln import examples, f32, f64
@@ -86,7 +87,7 @@ def test_cubin_is_cached_on_disk_and_keyed_by_options(tmp_path, monkeypatch) -> 
 
 
 def test_backend_is_registered_above_cpu() -> None:
-    entry = next(e for e in kiln.backends() if e.name == "cuda")
+    entry = backend_entry("cuda")
     assert entry.priority == 100
     if not entry.available:
         assert entry.reason  # says why (no driver, no GPU, no cuda-bindings)

@@ -9,13 +9,13 @@ import time
 
 import numpy as np
 import pytest
+from conftest import requires_backend
 
 import kiln
 from kiln import f16, f32, f64, i32, i64
 from kiln.examples import block_sum, vector_add
 
-entry = next(e for e in kiln.backends() if e.name == "cuda")
-pytestmark = pytest.mark.skipif(not entry.available, reason=f"no CUDA GPU: {entry.reason}")
+pytestmark = requires_backend("cuda", "no CUDA GPU")
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import requires_backend
 
 import kiln
 from kiln import f32, i32
 
-entry = next(e for e in kiln.backends() if e.name == "cuda")
-pytestmark = pytest.mark.skipif(not entry.available, reason=f"no CUDA GPU: {entry.reason}")
+pytestmark = requires_backend("cuda", "no CUDA GPU")
 
 
 @kiln.kernel

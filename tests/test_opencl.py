@@ -6,16 +6,14 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import marked_line, run_python
+from conftest import marked_line, requires_backend, run_python
 
 import kiln
 from kiln import f32, f64, i32, i64, u32
 from kiln.codegen import compile_error
 from kiln.examples import block_sum, vector_add
 
-opencl_entry = next(e for e in kiln.backends() if e.name == "opencl")
-pytestmark = pytest.mark.skipif(not opencl_entry.available,
-                                reason=f"no OpenCL device: {opencl_entry.reason}")
+pytestmark = requires_backend("opencl", "no OpenCL device")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import assert_kernel_error
+from conftest import assert_kernel_error, requires_backend
 
 import kiln
 from kiln import f32, f32x2, f32x4, f64x4, i32, i32x4
@@ -168,10 +168,7 @@ def test_unaligned_host_arrays(backend: str) -> None:
     np.testing.assert_array_equal(dst, src * 3)
 
 
-entry = next(e for e in kiln.backends() if e.name == "cuda")
-
-
-@pytest.mark.skipif(not entry.available, reason=f"no CUDA GPU: {entry.reason}")
+@requires_backend("cuda", "no CUDA GPU")
 def test_unaligned_foreign_arrays_take_the_scalar_path() -> None:
     cp = pytest.importorskip("cupy")
     n = 1000
