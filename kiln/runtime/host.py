@@ -6,6 +6,7 @@ once and `synchronize`, events and host reads wait (OCANNL: scheduling never blo
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -70,6 +71,14 @@ class HostEvent:
         start.synchronize()
         end.synchronize()
         return (end.time - start.time) * 1e3
+
+
+def host_memory_bytes() -> int:
+    """The host's physical memory in bytes (0 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 class HostMemoryMixin:

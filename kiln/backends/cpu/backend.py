@@ -21,7 +21,7 @@ from ...framework.cache import CacheEntry, CompileCache, cache_key
 from ...framework.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
 from ...ir.passes import Pass, pipeline_for
-from ...runtime.host import HostMemoryMixin, HostStream
+from ...runtime.host import HostMemoryMixin, HostStream, host_memory_bytes
 from .emitter import BLOCK_DIMS, SLOT, CpuEmitter
 from .toolchain import OPTION_FLAGS, compile_command, toolchain
 
@@ -113,13 +113,6 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
 class CpuBackend(HostMemoryMixin, JITBackend):
     """Kernels compiled to C with OpenMP: blocks on cores, threads as SIMD-friendly loops."""
 
@@ -148,7 +141,7 @@ class CpuBackend(HostMemoryMixin, JITBackend):
             max_block_dims=(MAX_THREADS_PER_BLOCK, MAX_THREADS_PER_BLOCK, 64),
             max_grid_dims=(2**31 - 1, 65535, 65535),
             shared_memory_per_block=SHARED_MEMORY_PER_BLOCK, compute_units=threads,
-            global_memory=_memory_bytes(), warp_size=1, fp64=True, fp16=tc.fp16,
+            global_memory=host_memory_bytes(), warp_size=1, fp64=True, fp16=tc.fp16,
             atomics=atomic_capabilities(), unified_memory=True, arch=tc.arch,
         )
         return [(threads, caps)]

@@ -7,7 +7,6 @@ every statement for all threads of a chunk of blocks at once (see `executor`).
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -23,20 +22,13 @@ from ...framework.intrinsics import atomic_capabilities
 from ...framework.registry import register_backend
 from ...ir.nodes import Program
 from ...ir.passes import Pass, pipeline_for
-from ...runtime.host import HostMemoryMixin, HostStream
+from ...runtime.host import HostMemoryMixin, HostStream, host_memory_bytes
 from . import intrinsics as _intrinsics  # noqa: F401 - registers the implementations
 from .executor import ProgramCode
 from .warps import WARP_SIZE
 
 if TYPE_CHECKING:
     from ...runtime.device import Device
-
-
-def _host_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
 
 
 class InterpBackend(HostMemoryMixin, DirectBackend):
@@ -63,7 +55,7 @@ class InterpBackend(HostMemoryMixin, DirectBackend):
             max_grid_dims=(2**31 - 1, 65535, 65535),
             shared_memory_per_block=48 * 1024,
             compute_units=1,
-            global_memory=_host_memory(),
+            global_memory=host_memory_bytes(),
             warp_size=WARP_SIZE,
             fp64=True,
             fp16=True,
