@@ -148,20 +148,20 @@ def kiln_identity() -> str:
     h = hashlib.sha256(f"{kiln.__version__} {sys.version} numpy {np.__version__} "
                        f"pickle {PROTOCOL}".encode())
     if not {"site-packages", "dist-packages"} & set(root.parts):
-        for line in sorted(_module_files(root, root)):
-            h.update(line.encode())
+        h.update("".join(sorted(_module_files(str(root), len(str(root))))).encode())
     return h.hexdigest()
 
 
-def _module_files(directory: Path, root: Path) -> list[str]:
+def _module_files(directory: str, prefix: int) -> list[str]:
+    """`path size mtime` of every module file under `directory` (paths from kiln's root)."""
     out = []
     with os.scandir(directory) as entries:
         for e in entries:
             if e.name.endswith(".py"):
                 st = e.stat()
-                out.append(f"{Path(e.path).relative_to(root)} {st.st_size} {st.st_mtime_ns}\n")
-            elif e.is_dir() and e.name != "__pycache__":
-                out += _module_files(Path(e.path), root)
+                out.append(f"{e.path[prefix:]} {st.st_size} {st.st_mtime_ns}\n")
+            elif e.name != "__pycache__" and e.is_dir():
+                out += _module_files(e.path, prefix)
     return out
 
 
@@ -195,9 +195,8 @@ def intrinsics_identity(namespaces: Sequence[str]) -> str:
         lines = []
         for name in intrinsics.names():
             spec = intrinsics[name]
-            fields = [_identity(getattr(spec, f.name)) for f in dataclasses.fields(spec)]
-            impl = _identity(intrinsics.implementation(name, namespaces))
-            lines.append(f"{' '.join(fields)} = {impl}")
+            fields = " ".join(f"{k}={_identity(v)}" for k, v in vars(spec).items())
+            lines.append(f"{fields} = {_identity(intrinsics.implementation(name, namespaces))}")
         found = _INTRINSIC_IDS[cache_key] = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     return found
 

@@ -109,25 +109,6 @@ def _type_tag(t: Type) -> str:
     return re.sub(r"\W+", "_", repr(t)).strip("_")  # constexpr(2) -> constexpr_2
 
 
-def parameter_types(pyfunc: Callable[..., Any]) -> list[tuple[str, Type | None]]:
-    """Parameter names and annotated types (None where a parameter has no annotation)."""
-    parsed = parse_function(pyfunc)
-    resolver = StaticResolver(pyfunc)
-    args = parsed.tree.args
-    if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or args.defaults:
-        raise UnsupportedError(
-            "kernel parameters must be plain positional parameters (no *args, **kwargs, "
-            "keyword-only parameters or defaults)", parsed.loc(args.args[0] if args.args
-                                                              else parsed.tree))
-    out: list[tuple[str, Type | None]] = []
-    for a in args.args:
-        t = None
-        if a.annotation is not None:
-            t = annotation_type(resolver, a.annotation, parsed.loc(a.annotation))
-        out.append((a.arg, t))
-    return out
-
-
 def build_program(pyfunc: Callable[..., Any], arg_types: tuple[Type, ...],
                   kernel: bool = True) -> ir.Program:
     """Typed IR for `pyfunc` specialised to `arg_types`, with the functions it calls."""

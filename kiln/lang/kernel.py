@@ -50,7 +50,7 @@ class _Compilable:
     def signature(self) -> list[tuple[str, Type | None]]:
         """Parameter names with their annotated kiln types (None where unannotated)."""
         if self._signature is None:
-            from .frontend import parameter_types
+            from .resolve import parameter_types
 
             self._signature = parameter_types(self.pyfunc)
         return self._signature

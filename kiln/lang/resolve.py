@@ -22,8 +22,9 @@ from ..ir.types import (
     f32,
     i32,
 )
-from .errors import KernelTypeError, UnknownNameError
+from .errors import KernelTypeError, UnknownNameError, UnsupportedError
 from .records import kiln_type_of
+from .source import parse_function
 
 _MISSING = object()
 
@@ -84,6 +85,25 @@ def type_from_object(obj: Any) -> Type | None:
     if isinstance(obj, type) and issubclass(obj, np.generic):
         return SCALAR_BY_DTYPE.get(np.dtype(obj))
     return None
+
+
+def parameter_types(pyfunc: Callable[..., Any]) -> list[tuple[str, Type | None]]:
+    """Parameter names and annotated types (None where a parameter has no annotation)."""
+    parsed = parse_function(pyfunc)
+    resolver = StaticResolver(pyfunc)
+    args = parsed.tree.args
+    if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or args.defaults:
+        raise UnsupportedError(
+            "kernel parameters must be plain positional parameters (no *args, **kwargs, "
+            "keyword-only parameters or defaults)", parsed.loc(args.args[0] if args.args
+                                                              else parsed.tree))
+    out: list[tuple[str, Type | None]] = []
+    for a in args.args:
+        t = None
+        if a.annotation is not None:
+            t = annotation_type(resolver, a.annotation, parsed.loc(a.annotation))
+        out.append((a.arg, t))
+    return out
 
 
 def annotation_type(resolver: StaticResolver, node: ast.expr, loc: Loc) -> Type:
