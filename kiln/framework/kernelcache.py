@@ -130,6 +130,9 @@ def kernel_key(kernel: Kernel, arg_types: Sequence[Type], device: Device) -> Ker
     except NotFingerprintable as exc:
         logger.info("%s: no kernel key (%s)", label, exc)
         return None
+    except Exception as exc:  # an object that misbehaves when looked at: never fail a launch
+        logger.info("%s: no kernel key (%s: %s)", label, type(exc).__name__, exc)
+        return None
     key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
     return KernelKey(key, backend, label)
 
