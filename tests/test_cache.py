@@ -128,7 +128,8 @@ def test_concurrent_processes_compile_the_same_kernel(cache_dir: Path, tmp_path:
         pytest.skip(f"no C compiler with OpenMP here: {cpu.reason}")
     script = tmp_path / "saxpy.py"
     script.write_text(textwrap.dedent(COMPILER))
-    env = {**os.environ, "KILN_CACHE_DIR": str(cache_dir), "KILN_LOG": "info"}
+    env = {**os.environ, "KILN_CACHE_DIR": str(cache_dir), "KILN_LOG": "info",
+           "KILN_BACKEND": "cpu"}  # the cpu backend's cache entries, whatever else is here
     procs = [subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
     results = [p.communicate(timeout=120) for p in procs]
