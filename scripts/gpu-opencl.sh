@@ -15,6 +15,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 summary="$OUT/gpu-opencl-output.md"
 export PYTHONUNBUFFERED=1 COLUMNS=110

@@ -232,7 +232,7 @@ def native_bad(x: f32[:]):
 def test_native_opencl_code(dev):
     x = np.array([4.0, 9.0], np.float32)
     y = np.zeros(2, np.float32)
-    native_ok[1, 2](x, y)
+    kiln.launch(native_ok, 1, 2, (x, y), device=dev)
     dev.synchronize()
     np.testing.assert_allclose(y, [2, 3], rtol=1e-6)
     with pytest.raises(kiln.BackendCompileError, match="not_a_function") as info:

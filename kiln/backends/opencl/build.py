@@ -29,8 +29,10 @@ NVIDIA's driver uses that: `3.0 / 3.0` could floor to 0); where the device suppo
 
 _POCL_DIAGNOSTIC = re.compile(r"^error: (.+?:\d+:\d+): ", re.MULTILINE)
 """PoCL writes `error: FILE:LINE:COL: message`; clang `FILE:LINE:COL: error: message`."""
-_UNNAMED_DIAGNOSTIC = re.compile(r"^:(\d+):(\d+): ", re.MULTILINE)
+_UNNAMED_DIAGNOSTIC = re.compile(r"^(?:<[^>\n]*>)?:(\d+):(\d+): ", re.MULTILINE)
 """NVIDIA writes `:LINE:COL: error: message`: an unnamed source, physical lines (#line unused)."""
+_LOCATED = re.compile(r":\d+:\d+: ")
+_QUOTED_SYMBOL = re.compile(r"'([A-Za-z_]\w*)'")
 _LINE_DIRECTIVE = re.compile(r'^#line (\d+)(?: "(.*)")?$')
 
 
@@ -100,7 +102,7 @@ def normalize_log(log: str, source: str) -> str:
     """A build log in clang's `FILE:LINE:COL: error: ...` form, at `#line` locations."""
     log = _POCL_DIAGNOSTIC.sub(r"\1: error: ", log)
     if not _UNNAMED_DIAGNOSTIC.search(log):
-        return log
+        return log if _LOCATED.search(log) else _locate_by_symbol(log, source)
     presumed = presumed_lines(source)
 
     def locate(m: re.Match[str]) -> str:
@@ -111,6 +113,21 @@ def normalize_log(log: str, source: str) -> str:
         return f"{file}:{line}:{m[2]}: "
 
     return _UNNAMED_DIAGNOSTIC.sub(locate, log)
+
+
+def _locate_by_symbol(log: str, source: str) -> str:
+    """A log with no location (NVIDIA's linker: "unresolved extern function 'f'"): put the
+    error at the first line of `source` that uses the quoted symbol."""
+    symbol = _QUOTED_SYMBOL.search(log)
+    if symbol is None:
+        return log
+    uses = re.compile(rf"\b{re.escape(symbol[1])}\b")
+    presumed = presumed_lines(source)
+    for physical, text in enumerate(source.splitlines()):
+        if not text.startswith("#") and uses.search(text):
+            file, line = presumed[physical]
+            return f"{file}:{line}:1: error: {log.strip()}"
+    return log
 
 
 def presumed_lines(source: str) -> list[tuple[str, int]]:
