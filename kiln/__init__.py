@@ -59,6 +59,7 @@ from .lang.errors import (
     KernelError,
     KernelTypeError,
     LaunchError,
+    RecursionDepthError,
     UnknownNameError,
     UnsupportedError,
 )

@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import f16, f32, f64, i32, u64
+from kiln import RecursionDepthError, f16, f32, f64, i32, u64
 from kiln.framework.intrinsics import intrinsics
 from kiln.ir import nodes as ir
 from kiln.ir.passes import bound_recursion, device_feature_check, lower_single_lane_warps
-from kiln.ir.passes.recursion import RecursionDepthError
 from kiln.ir.visit import walk
 
 # ---------------------------------------------------------------- warp operations
@@ -263,6 +262,11 @@ def calls_endless(out: i32[:]):
     out[0] = endless(0)
 
 
+@kiln.kernel
+def no_recursion(out: i32[:]):
+    out[0] = 1
+
+
 def test_recursion_without_a_depth_on_a_backend_that_cannot_recurse() -> None:
     program = calls_countdown.program((i32[:],))
     with pytest.raises(RecursionDepthError, match=r"`countdown` is recursive and the opencl "
@@ -270,13 +274,22 @@ def test_recursion_without_a_depth_on_a_backend_that_cannot_recurse() -> None:
         bound_recursion("opencl")(program)
 
 
-def test_bounded_recursion_copies_each_level_and_cuts_the_last() -> None:
+def test_bounded_recursion_copies_each_level_and_reports_the_cut() -> None:
     bounded = bound_recursion("opencl")(calls_shallow.program((i32[:],)))
-    assert [f.name for f in bounded.functions] == ["shallow_depth3", "shallow_depth2", "shallow"]
+    assert [f.name for f in bounded.functions] == [
+        "shallow_too_deep", "shallow_depth3", "shallow_depth2", "shallow"]
     calls = {f.name: [n.func for n in walk(f.body) if isinstance(n, ir.Call)]
              for f in bounded.functions}
     assert calls == {"shallow": ["shallow_depth2"], "shallow_depth2": ["shallow_depth3"],
-                     "shallow_depth3": []}
+                     "shallow_depth3": ["shallow_too_deep"], "shallow_too_deep": []}
+    # the status array: the kernel's last parameter, passed down to the reporter
+    assert [p.name for p in bounded.kernel.params] == ["out", "kiln_status"]
+    assert all(f.params[-1].name == "kiln_status" for f in bounded.functions)
+    check, = bounded.checks
+    assert check.error is RecursionDepthError and "max_depth=3" in check.message
+    assert check.loc is not None and check.loc.line == shallow.pyfunc.__code__.co_firstlineno + 4
+    plain = no_recursion.program((i32[:],))  # no recursion: no status array
+    assert bound_recursion("opencl")(plain) is plain and not plain.checks
 
 
 def test_interp_checks_max_depth() -> None:

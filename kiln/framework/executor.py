@@ -7,8 +7,9 @@ signature runs the frontend, the backend's pass pipeline and (for JIT) its compi
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +32,7 @@ from ..runtime.array import DeviceArray, to_device
 from ..runtime.device import Device, Stream
 from ..runtime.interop import adopt
 from ..runtime.selection import device as resolve_device
+from ..runtime.status import StatusWatch
 from .backend import Dim3, ExecutionModel
 from .fastpath import remember, try_plan
 from .kernelcache import kernel_key
@@ -47,6 +49,17 @@ class Specialization:
     routine: Any
     written: frozenset[str]  # names of array parameters the kernel may write
     device: Device
+    watches: weakref.WeakKeyDictionary[Stream, StatusWatch] = field(
+        default_factory=weakref.WeakKeyDictionary)
+
+    def watch(self, stream: Stream) -> StatusWatch | None:
+        """The status of this kernel's run-time checks on `stream` (None without checks)."""
+        if not self.program.checks:
+            return None
+        found = self.watches.get(stream)
+        if found is None:
+            found = self.watches[stream] = StatusWatch(self.program.checks, stream)
+        return found
 
 
 def as_dim3(value: int | Sequence[int], what: str) -> Dim3:
@@ -192,7 +205,7 @@ def _build(kernel: Kernel, arg_types: tuple[Type, ...], device: Device
     original = kernel.program(arg_types).kernel.params
     if program.kernel.params and program.kernel.params[0].source is not None:  # lowered
         written = {original[p.source.index].name for p in program.kernel.params
-                   if p.name in written}  # type: ignore[union-attr]
+                   if p.name in written and p.source is not None}
     return program, source, code, frozenset(written)
 
 
@@ -215,7 +228,9 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
         return
     b = bind_launch(kernel, grid, block, adopt_foreign(args), device, stream)
     b.call(b.routine, b.grid, b.block, b.device_args, b.stream.handle)
-    if b.args is args and not b.copy_back and not _lowered(b.arg_types):
+    if b.watch is not None:
+        b.watch.arm()
+    elif b.args is args and not b.copy_back and not _lowered(b.arg_types):
         key = (grid, block, device, stream)
         target = getattr(b.device.backend, "launch_target", None)
         if target is not None:  # the backend's own fast launch; it packs Python numbers
@@ -245,6 +260,7 @@ class BoundLaunch:
     copy_back: list[tuple[np.ndarray, DeviceArray]]
     device: Device
     stream: Stream
+    watch: StatusWatch | None  # the kernel's run-time checks, armed after each launch
 
 
 def bind_launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int],
@@ -262,13 +278,16 @@ def bind_launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence
     spec = specialize(kernel, arg_types, dev)
     stream = stream or dev.default_stream
     device_args, copy_back = _to_device_args(kernel, args, arg_types, spec, stream)
+    watch = spec.watch(stream)
+    if watch is not None:
+        device_args.append(watch.array)
     backend = dev.backend
     model = backend.execution_model
     call = (backend.launch if model is ExecutionModel.JIT  # type: ignore[attr-defined]
             else backend.execute if model is ExecutionModel.DIRECT  # type: ignore[attr-defined]
             else backend.run)  # type: ignore[attr-defined]
     return BoundLaunch(call, spec.routine, grid3, block3, args, arg_types, device_args,
-                       copy_back, dev, stream)
+                       copy_back, dev, stream, watch)
 
 
 def _lowered(arg_types: tuple[Type, ...]) -> bool:
@@ -309,7 +328,7 @@ def _to_device_args(kernel: Kernel, args: Sequence[Any], arg_types: tuple[Type, 
             out.append(t.dtype.type(value))
         else:
             out.append(value)
-    params = spec.program.kernel.params
+    params = spec.program.kernel.params[:-1 if spec.program.checks else None]
     if params and params[0].source is not None:  # records, variants or vectors were split
         types = [t for t in arg_types if not isinstance(t, ConstexprType)]
         out = lowered_arguments(types, params, out)

@@ -117,6 +117,8 @@ class PreparedLaunch:
 
     def __call__(self) -> None:
         self._run()
+        if self.bound.watch is not None:
+            self.bound.watch.arm()
 
 
 def prepare(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any],

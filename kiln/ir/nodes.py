@@ -311,12 +311,27 @@ class Function:
         return self.locals[name]
 
 
+@dataclass(frozen=True)
+class RuntimeCheck:
+    """An error a kernel may detect while it runs (e.g. recursion past `max_depth`): it is
+    raised as `error(message, loc)` at the launch's next synchronisation point."""
+
+    error: type[Exception]
+    message: str
+    loc: Loc | None = None
+
+
 @dataclass(eq=False)
 class Program:
-    """What a backend receives: the kernel and the device functions it calls (callees first)."""
+    """What a backend receives: the kernel and the device functions it calls (callees first).
+
+    A program with `checks` has one more kernel parameter, last: a 1-element `i32[:]`
+    status array, zero at the launch, to which the kernel writes `k + 1` when `checks[k]`
+    fails (the executor passes it and reads it at the next synchronisation point)."""
 
     kernel: Function
     functions: list[Function] = field(default_factory=list)
+    checks: list[RuntimeCheck] = field(default_factory=list)
 
     def function(self, name: str) -> Function:
         for f in self.functions:

@@ -67,6 +67,14 @@ class BackendCompileError(KernelError):
     kind = "backend compiler error"
 
 
+class RecursionDepthError(KernelError):
+    """Recursion without a depth where the backend cannot recurse, or deeper than its
+    `max_depth` (raised at run time: by the interp at once, by backends that inline
+    recursion at the launch's next synchronisation)."""
+
+    kind = "recursion"
+
+
 class LaunchError(Exception):
     """A launch that cannot run: bad grid/block, wrong argument count, type or shape."""
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from .status import StatusWatch, raise_failed
+
 if TYPE_CHECKING:
     from ..framework.backend import Backend, Capabilities
 
@@ -36,8 +38,9 @@ class Device:
         return self._default_stream
 
     def synchronize(self) -> None:
-        """Wait for all work queued on this device."""
+        """Wait for all work queued on this device (and raise a failed run-time check)."""
         self.backend.synchronize_device(self)
+        raise_failed([watch for stream in list(self.streams) for watch in stream.take_pending()])
 
 
 class Stream:
@@ -49,9 +52,18 @@ class Stream:
         self.device = device or default_device()
         self.handle = self.device.backend.create_stream(self.device)
         self.device.streams.add(self)
+        self.pending: dict[int, StatusWatch] = {}  # launches with run-time checks
 
     def synchronize(self) -> None:
+        """Wait for the work queued on this stream (and raise a failed run-time check)."""
         self.device.backend.synchronize_stream(self.handle)
+        raise_failed(self.take_pending())
+
+    def take_pending(self) -> list[StatusWatch]:
+        """The run-time checks of the launches since the last synchronisation (removed)."""
+        watches = list(self.pending.values())
+        self.pending.clear()
+        return watches
 
     def __repr__(self) -> str:
         return f"<kiln.Stream on {self.device.name}>"
@@ -66,15 +78,21 @@ class Event:
         self.device = device or default_device()
         self.handle = self.device.backend.create_event(self.device)
         self._recorded = False
+        self._watches: list[StatusWatch] = []
 
     def record(self, stream: Stream | None = None) -> Event:
         stream = stream or self.device.default_stream
         self.device.backend.record_event(self.handle, stream.handle)
         self._recorded = True
+        self._watches = list(stream.pending.values())
         return self
 
     def synchronize(self) -> None:
+        """Wait for the work before the event (and raise a failed run-time check of the
+        launches before it; reading their status waits for the stream's work)."""
         self.device.backend.synchronize_event(self.handle)
+        watches, self._watches = self._watches, []
+        raise_failed(watches)
 
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds from this event to `end` (both recorded)."""

@@ -7,7 +7,8 @@ from __future__ import annotations
 from types import TracebackType
 
 from ...ir import nodes as ir
-from ...ir.passes.recursion import RecursionDepthError, recursive_groups
+from ...ir.passes.recursion import recursive_groups
+from ...lang.errors import RecursionDepthError
 
 
 class DepthGuard:

@@ -223,6 +223,31 @@ def recursion_fib_mutual_void_constexpr(device):
 
 
 @kiln.kernel
+def deep_fibonacci(out: i32[:], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        out[i] = fibonacci(i)  # fibonacci(i) needs depth i: over max_depth=12 from i = 13
+
+
+@case()
+def recursion_past_max_depth(device):
+    """Recursion deeper than max_depth: the right answer where the backend recurses natively
+    (unchecked), else RecursionDepthError at the call's line, never a wrong answer."""
+    n = 16
+    out = np.zeros(n, np.int32)
+    try:
+        run(device, deep_fibonacci, 1, n, out, n)
+    except kiln.RecursionDepthError as error:
+        assert "`fibonacci` recursed deeper than its max_depth=12" in error.message, error
+        assert error.loc is not None and error.loc.file == __file__, error
+        return
+    fib = [0, 1]
+    while len(fib) < n:
+        fib.append(fib[-1] + fib[-2])
+    assert_equal(out, np.array(fib, np.int32), "fibonacci past max_depth, recursing natively")
+
+
+@kiln.kernel
 def unroll_hint(x: f32[:], out: f32[:], n: i32, m: i32):
     i = kiln.global_id(0)
     if i < n:

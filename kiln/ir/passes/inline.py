@@ -35,7 +35,7 @@ def inline_functions(program: ir.Program) -> ir.Program:
         _Inliner(func, inlined).run()
         inlined[func.name] = func
     _Inliner(program.kernel, inlined).run()
-    return ir.Program(program.kernel, [])
+    return ir.Program(program.kernel, [], program.checks)
 
 
 def _has_call(node: ir.Expr | ir.Stmt | list[ir.Stmt]) -> bool:

@@ -3,34 +3,35 @@
 The functions of each recursive group (those that reach themselves through calls) are
 copied `max_depth` times: copy k of a function calls copy k+1 of its group's functions, so
 the original (copy 1) runs at depth 1 and no copy calls itself. In the deepest copy a call
-into the group is cut: it does not run and yields zero (of the call's type). `max_depth` is
-therefore a promise: recursion deeper than it gives wrong results on these backends (the
-interp, which recurses natively, checks it and raises). A recursive group without a depth
-is a compile error naming the function.
+into the group is cut: it does not run, yields zero (of the call's type) and reports a
+`RuntimeCheck` through the kernel's status array, so that the launch's next synchronisation
+raises `RecursionDepthError` naming the function, its `max_depth` and the call's line. A
+recursive group without a depth is a compile error naming the function.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...lang.errors import KernelError
+from ...lang.errors import RecursionDepthError
 from .. import nodes as ir
-from ..types import VoidType
+from ..types import ArrayType, VoidType, i32
 from ..visit import Transformer, walk
-from .common import clone_function, clone_program
-
-
-class RecursionDepthError(KernelError):
-    kind = "recursion"
+from .common import all_functions, clone_function, clone_program
 
 
 def bound_recursion(backend: str) -> Callable[[ir.Program], ir.Program]:
     """The pass for a backend named `backend` (for error messages)."""
 
     def inline_recursion(program: ir.Program) -> ir.Program:
+        groups = recursive_groups(program)
+        if not groups:
+            return program
         program = clone_program(program)
-        for group in recursive_groups(program):
-            _expand(program, group, _depth(program, group, backend))
+        status = _Status(program)
+        for group in groups:
+            _expand(program, group, _depth(program, group, backend), status, backend)
+        status.thread()
         return program
 
     return inline_recursion
@@ -73,50 +74,117 @@ def _depth(program: ir.Program, group: list[str], backend: str) -> int:
         f"depth to inline it to, @kiln.func(max_depth=N)", call.loc or first.loc)
 
 
-def _expand(program: ir.Program, group: list[str], depth: int) -> None:
+def _expand(program: ir.Program, group: list[str], depth: int, status: _Status,
+            backend: str) -> None:
     """Replace the group's functions by `depth` levels of copies, deepest first, where the
-    group's last function was (so every callee still comes before its callers)."""
+    group's last function was (so every callee still comes before its callers), preceded
+    by the functions that report the deepest copies' cut calls."""
     taken = {f.name for f in program.functions} | {program.kernel.name}
     names: list[dict[str, str]] = [{g: g for g in group}]
     for level in range(2, depth + 1):
-        names.append({})
-        for g in group:
-            name, n = f"{g}_depth{level}", 1
-            while name in taken:
-                name, n = f"{g}_depth{level}_{n}", n + 1
-            taken.add(name)
-            names[-1][g] = name
+        names.append({g: _fresh(f"{g}_depth{level}", taken) for g in group})
     copies: list[ir.Function] = []
     for level in reversed(range(depth)):
-        deeper = names[level + 1] if level + 1 < depth else None
         for g in group:
             copy = clone_function(program.function(g))
             copy.name, copy.max_depth = names[level][g], None
-            copy.body = _Redirect(group, deeper).transform_body(copy.body)
+            if level + 1 < depth:
+                copy.body = _Redirect(group, names[level + 1]).transform_body(copy.body)
+            else:
+                cut = _Cut(group, depth, status, backend, program.kernel.name, taken)
+                copy.body = cut.transform_body(copy.body)
+                copies[:0] = cut.reporters
             copies.append(copy)
     last = max(i for i, f in enumerate(program.functions) if f.name in group)
     before = [f for f in program.functions[:last] if f.name not in group]
     program.functions = [*before, *copies, *program.functions[last + 1:]]
 
 
-class _Redirect(Transformer):
-    """Calls into the group go one level deeper; past the deepest level they are cut."""
+def _fresh(name: str, taken: set[str]) -> str:
+    """`name`, or `name_N` where that is taken; the result is taken from now on."""
+    fresh, n = name, 1
+    while fresh in taken:
+        fresh, n = f"{name}_{n}", n + 1
+    taken.add(fresh)
+    return fresh
 
-    def __init__(self, group: list[str], deeper: dict[str, str] | None) -> None:
+
+class _Redirect(Transformer):
+    """Calls into the group go one level deeper."""
+
+    def __init__(self, group: list[str], deeper: dict[str, str]) -> None:
         self.group = set(group)
         self.deeper = deeper
-        self.cut: set[int] = set()  # ids of cut calls of void functions
+
+    def visit_Call(self, e: ir.Call) -> ir.Expr:  # noqa: N802 - Transformer's hook names
+        if e.func in self.group:
+            e.func = self.deeper[e.func]
+        return e
+
+
+class _Cut(Transformer):
+    """Calls into the group (from its deepest copies) become calls of reporters: functions
+    of the call's type that write the call's check code to the status array, return zero
+    and take no other argument (the cut call's arguments are not evaluated)."""
+
+    def __init__(self, group: list[str], depth: int, status: _Status, backend: str,
+                 kernel: str, taken: set[str]) -> None:
+        self.group, self.depth, self.status = set(group), depth, status
+        self.backend, self.kernel, self.taken = backend, kernel, taken
+        self.reporters: list[ir.Function] = []
 
     def visit_Call(self, e: ir.Call) -> ir.Expr:  # noqa: N802 - Transformer's hook names
         if e.func not in self.group:
             return e
-        if self.deeper is not None:
-            e.func = self.deeper[e.func]
-            return e
-        if isinstance(e.type, VoidType):
-            self.cut.add(id(e))
-            return e
-        return ir.Const(e.type, False if e.type.is_bool else 0, loc=e.loc)  # type: ignore
+        code = self.status.add(ir.RuntimeCheck(
+            RecursionDepthError,
+            f"`{e.func}` recursed deeper than its max_depth={self.depth} in kernel "
+            f"`{self.kernel}` on the {self.backend} backend, which inlines recursion that "
+            "many levels deep: raise max_depth", e.loc))
+        name = _fresh(f"{e.func}_too_deep", self.taken)
+        store = ir.Store(ir.Var(STATUS_TYPE, self.status.name), [ir.Const(i32, 0)],
+                         ir.Const(i32, code), loc=e.loc)
+        result = None if isinstance(e.type, VoidType) else \
+            ir.Const(e.type, False if e.type.is_bool else 0)  # type: ignore[attr-defined]
+        self.reporters.append(ir.Function(name, [], e.type, [store, ir.Return(result)], {},
+                                          loc=e.loc))
+        self.status.reporters.add(name)
+        return ir.Call(e.type, name, [], loc=e.loc)
 
-    def visit_ExprStmt(self, s: ir.ExprStmt) -> ir.Stmt | None:  # noqa: N802
-        return None if id(s.expr) in self.cut else s
+
+STATUS_TYPE = ArrayType(i32, 1)
+
+
+class _Status:
+    """The program's status array: a kernel parameter passed down to every function that
+    reaches a reporter (`thread`), and the checks whose codes reporters write to it."""
+
+    def __init__(self, program: ir.Program) -> None:
+        self.program = program
+        used = {f.name for f in all_functions(program)}
+        for f in all_functions(program):
+            used |= {*f.locals, *(p.name for p in f.params)}
+        self.name = _fresh("kiln_status", used)
+        self.reporters: set[str] = set()
+
+    def add(self, check: ir.RuntimeCheck) -> int:
+        """The code (1-based) that reports `check`."""
+        self.program.checks.append(check)
+        return len(self.program.checks)
+
+    def thread(self) -> None:
+        """Add the status parameter to the kernel (last) and to every function that reaches a
+        reporter, and pass it in every call of those."""
+        program = self.program
+        needs = set(self.reporters)
+        grown = True
+        while grown:
+            callers = {f.name for f in program.functions if callees(f) & needs}
+            grown = not callers <= needs
+            needs |= callers
+        for func in all_functions(program):
+            if func.name in needs or func.is_kernel:
+                func.params.append(ir.Param(self.name, STATUS_TYPE))
+            for call in walk(func.body):
+                if isinstance(call, ir.Call) and call.func in needs:
+                    call.args.append(ir.Var(STATUS_TYPE, self.name))

@@ -1,0 +1,56 @@
+"""Run-time checks of launched kernels (`kiln.ir.nodes.RuntimeCheck`), reported without
+blocking the launch.
+
+A specialisation whose program has checks gets one 1-element status array per stream it
+runs on (zeroed once); each launch passes it and arms its `StatusWatch` on the stream. The
+next synchronisation that covers the launch (its stream's or device's `synchronize`, an
+event recorded after it, a copy to the host) reads the status and raises the failed check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ..ir.nodes import RuntimeCheck
+    from .array import DeviceArray
+    from .device import Stream
+
+
+class StatusWatch:
+    """The status array of one specialisation on one stream, and the checks it reports."""
+
+    def __init__(self, checks: list[RuntimeCheck], stream: Stream) -> None:
+        from .array import empty  # array -> selection -> device -> status
+
+        self.checks = checks
+        self.stream = stream
+        self.array: DeviceArray = empty(1, np.int32, stream.device)
+        self.array.copy_from_host(np.zeros(1, np.int32), stream)
+
+    def arm(self) -> None:
+        """Have the stream's next synchronisation check this status (after a launch)."""
+        self.stream.pending[id(self)] = self
+
+    def failed(self) -> RuntimeCheck | None:
+        """The check the status reports, if any (the status is zeroed again). The stream
+        must be synchronised."""
+        backend, handle = self.stream.device.backend, self.stream.handle
+        code = np.zeros(1, np.int32)
+        backend.copy_device_to_host(code, self.array.buffer, handle)
+        backend.synchronize_stream(handle)
+        if not code[0]:
+            return None
+        backend.copy_host_to_device(self.array.buffer, np.zeros(1, np.int32), handle)
+        backend.synchronize_stream(handle)
+        return self.checks[int(code[0]) - 1]
+
+
+def raise_failed(watches: Iterable[StatusWatch]) -> None:
+    """Read each (synchronised) status and raise the first failed check."""
+    failed = [check for check in (w.failed() for w in watches) if check is not None]
+    if failed:
+        raise failed[0].error(failed[0].message, failed[0].loc)
