@@ -266,6 +266,28 @@ def test_grid_stride_loops_with_a_partial_last_pass(cpu: kiln.Device) -> None:
     np.testing.assert_allclose(out, expected[0] + 2 * expected[1], rtol=1e-5)
     source = two_strides.source("cpu")
     assert "kiln_iteration * " in source and "kiln_active" in source
+    assert source.count("kiln_full") == 6  # both loops: unmasked iterations first
+
+
+@kiln.kernel
+def block_strides(x: i32[:], out: i32[:], n: i32, first: i32):
+    acc = 0
+    i = first + kiln.thread_idx.x * 3
+    while i < n - kiln.block_idx.x:  # bound and step differ per block, uniform within one
+        acc += x[i]
+        i += kiln.block_idx.x + 1
+    out[kiln.global_id(0)] = acc
+
+
+@pytest.mark.parametrize("first", [0, 25, 99, 200])
+def test_counted_loops_with_per_block_bounds_and_steps(cpu: kiln.Device, first: int) -> None:
+    n, blocks, threads = 100, 3, 16
+    x = np.arange(1000, 1000 + n, dtype=np.int32)
+    out = np.zeros(blocks * threads, np.int32)
+    block_strides[blocks, threads](x, out, n, first)
+    expected = [sum(int(x[i]) for i in range(first + 3 * t, n - b, b + 1))
+                for b in range(blocks) for t in range(threads)]
+    np.testing.assert_array_equal(out, expected)
 
 
 @kiln.kernel

@@ -20,6 +20,7 @@ from ...codegen.abi import function_abi
 from ...codegen.emitter import BINARY_PREC, CEmitter, CExpr, handles
 from ...codegen.helpers import C_HELPERS, HelperTemplate
 from ...ir import nodes as ir
+from ...ir.analysis import reads_and_writes
 from ...ir.enums import MemorySpace
 from ...ir.types import ArrayType, i8, i16, i32, i64
 from .atomics import ATOMIC_HELPERS
@@ -65,6 +66,13 @@ for (int32_t kiln_thread_idx_x = 0; kiln_thread_idx_x < kiln_block_dim_x; kiln_t
 for (int32_t kiln_thread_idx_z = 0; kiln_thread_idx_z < kiln_block_dim_z; kiln_thread_idx_z++) \\
 for (int32_t kiln_thread_idx_y = 0; kiln_thread_idx_y < kiln_block_dim_y; kiln_thread_idx_y++) \\
 _Pragma("omp simd reduction(|:kiln_any)") \\
+for (int32_t kiln_thread_idx_x = 0; kiln_thread_idx_x < kiln_block_dim_x; kiln_thread_idx_x++)
+
+/* The same, finding a counted lockstep loop's highest start and its bound and step. */
+#define KILN_FOR_EACH_THREAD_TRIPS \\
+for (int32_t kiln_thread_idx_z = 0; kiln_thread_idx_z < kiln_block_dim_z; kiln_thread_idx_z++) \\
+for (int32_t kiln_thread_idx_y = 0; kiln_thread_idx_y < kiln_block_dim_y; kiln_thread_idx_y++) \\
+_Pragma("omp simd reduction(max:kiln_high) reduction(min:kiln_bound, kiln_step)") \\
 for (int32_t kiln_thread_idx_x = 0; kiln_thread_idx_x < kiln_block_dim_x; kiln_thread_idx_x++)
 """
 
@@ -257,23 +265,33 @@ class CpuEmitter(CEmitter):
         self.line("}")
 
     def emit_region(self, region: Region) -> None:
-        """A region's thread loop. A lockstep `while` loop: per iteration, one thread loop
+        """A region's thread loop; a lockstep `while` loop's passes (`masked_loop`), after
+        its unmasked iterations when it is counted (`full_iterations`)."""
+        self.region = region
+        if region.loop is None:
+            with self.thread_loop(region, "KILN_FOR_EACH_THREAD"):
+                self.block(region.body)
+        elif region.counted is None or self.plan.exits:
+            self.masked_loop(region, "0")
+        else:
+            with self.indented("{"):  # scopes the trip count's variables
+                self.masked_loop(region, self.full_iterations(region))
+
+    def masked_loop(self, region: Region, first: str) -> None:
+        """A lockstep `while` loop from iteration `first` on: per iteration, one thread loop
         tests the condition of the threads still running (none: the loop ends), then one
         runs the body for them. That test is repeated before the body: it has no side
         effects and sees the same values, and gcc learns index ranges from it (`i < n`),
         so it loads contiguously where it would otherwise gather. (Measured: faster than
         one loop per iteration that also tests for the next.)"""
-        self.region = region
-        if region.loop is None:
-            with self.thread_loop(region, "KILN_FOR_EACH_THREAD"):
-                self.block(region.body)
-            return
         loop = region.loop
+        assert loop is not None
         test = self.expr(loop.cond).wrap(BINARY_PREC["&&"] + 1)
         with self.indented("KILN_FOR_EACH_THREAD {"):
             self.line(LINEAR_THREAD)
             self.line(f"{ACTIVE}[kiln_t] = {'!kiln_exited[kiln_t]' if self.plan.exits else 1};")
-        with self.indented(f"for (int32_t {ITERATION} = 0; ; {ITERATION}++) {{", loc=loop.loc):
+        with self.indented(f"for (int64_t {ITERATION} = {first}; ; {ITERATION}++) {{",
+                           loc=loop.loc):
             self.line("int kiln_any = 0;")
             with self.thread_loop(region, "KILN_FOR_EACH_THREAD_ANY", region.test_reads):
                 self.inductions(region)
@@ -285,6 +303,35 @@ class CpuEmitter(CEmitter):
                 self.inductions(region)
                 with self.indented(f"if ({ACTIVE}[kiln_t] && {test}) {{"):
                     self.block(region.body)
+
+    def full_iterations(self, region: Region) -> str:
+        """A counted loop (`regions.Counted`): the iterations every thread runs, with no
+        test or mask; returns the variable holding their number, where the masked ones
+        start. That is the trip count of the thread starting highest (none if the step is
+        not positive: the masked loop then runs them all). The body's thread loop has no
+        test, so gcc keeps the block's accumulators in registers across iterations (the
+        reduce's grid-stride loop: 7.0 -> 5.9 ms on one core, 2^24 f32)."""
+        counted = region.counted
+        assert counted is not None and region.loop is not None
+        ind = counted.induction
+        reads = set().union(*(reads_and_writes(e)[0] for e in (ind.init, ind.step, counted.bound)))
+        self.line("int64_t kiln_high = INT64_MIN, kiln_bound = INT64_MAX, "
+                  "kiln_step = INT64_MAX;")
+        with self.thread_loop(region, "KILN_FOR_EACH_THREAD_TRIPS", reads):
+            for name, e in (("high", ind.init), ("bound", counted.bound), ("step", ind.step)):
+                op = ">" if name == "high" else "<"
+                value = self.cast(self.expr(e), i64).text
+                self.line(f"int64_t kiln_{name}_t = {value};")
+                self.line(f"kiln_{name} = kiln_{name}_t {op} kiln_{name} "
+                          f"? kiln_{name}_t : kiln_{name};")
+        self.line("const int64_t kiln_full = kiln_step > 0 && kiln_high < kiln_bound ? "
+                  "(kiln_bound - kiln_high + kiln_step - 1) / kiln_step : 0;")
+        header = f"for (int64_t {ITERATION} = 0; {ITERATION} < kiln_full; {ITERATION}++) {{"
+        with (self.indented(header, loc=region.loop.loc),
+              self.thread_loop(region, "KILN_FOR_EACH_THREAD")):
+            self.inductions(region)
+            self.block(region.body)
+        return "kiln_full"
 
     def inductions(self, region: Region) -> None:
         """Induction variables at this iteration: `init + iteration * step`."""

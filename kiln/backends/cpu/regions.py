@@ -17,7 +17,10 @@ body, run once per iteration for the threads whose condition still holds, until 
 at its top level, the step loop-invariant) and that is not read after the loop is an
 *induction*: recomputed from the iteration number as `init + iteration * step` instead of
 stored per thread, so a grid-stride loop's loads are affine in the thread index and
-vectorise as contiguous loads.
+vectorise as contiguous loads. When the loop's test is `var < bound` for such an induction,
+with `bound` and the step block-uniform and loop-invariant (`Region.counted`), every thread
+runs at least the trip count of the thread that starts highest: those iterations run first
+with no test and no mask, and only the rest run masked.
 
 Variables are classified by where they are used:
 - PRIVATE: no value flows between regions (used in one region only, or assigned before
@@ -45,7 +48,7 @@ from ...ir import nodes as ir
 from ...ir.analysis import reads_and_writes
 from ...ir.enums import MemorySpace
 from ...ir.passes.convergence import Control, FunctionVariance, analyze
-from ...ir.types import ArrayType, ScalarType
+from ...ir.types import ArrayType, ScalarType, i8, i16, i32
 from ...ir.visit import walk
 from ...lang.errors import UnsupportedError
 
@@ -61,6 +64,15 @@ class Induction:
     step: ir.Expr
 
 
+@dataclass(frozen=True)
+class Counted:
+    """A lockstep loop whose test is `induction.var < bound`, `bound` and the step
+    block-uniform and loop-invariant, so its trip count follows from the initial value."""
+
+    induction: Induction
+    bound: ir.Expr
+
+
 @dataclass
 class Region:
     index: int
@@ -73,6 +85,7 @@ class Region:
     remat: list[str] = field(default_factory=list)  # recomputed at this region's start
     loop: ir.While | None = None  # the lockstep `while` whose body this region is
     inductions: list[Induction] = field(default_factory=list)  # recomputed per pass
+    counted: Counted | None = None  # trip counts known up front
 
     @property
     def sequence(self) -> list[ir.Stmt]:
@@ -342,6 +355,7 @@ def plan_kernel(program: ir.Program) -> Plan:
     fresh = {r.index: {ind.var for ind in r.inductions} for r in regions}
     for r in regions:
         _keep_inductions(r, regions, inputs | set(remat), splitter.block_reads, fresh)
+        r.counted = _counted(r, splitter.variance)
         r.private += [n for n in block_vars if n in r.writes]  # shadows
         if r is not regions[0]:
             init_reads = set().union(*(reads_and_writes(i.init)[0] for i in r.inductions))
@@ -398,6 +412,23 @@ def _keep_inductions(region: Region, regions: list[Region], inputs: set[str],
     for ind in region.inductions:
         region.reads.discard(ind.var)
         region.writes.discard(ind.var)
+
+
+def _counted(region: Region, variance: FunctionVariance) -> Counted | None:
+    """`Region.counted` for a lockstep loop tested `var < bound` (or `bound > var`) on a
+    signed induction of at most 32 bits (its trip count is computed in 64 bits)."""
+    cond = region.loop.cond if region.loop else None
+    if not isinstance(cond, ir.Compare) or cond.op not in ("<", ">"):
+        return None
+    var, bound = (cond.left, cond.right) if cond.op == "<" else (cond.right, cond.left)
+    ind = next((i for i in region.inductions
+                if isinstance(var, ir.Var) and var.name == i.var), None)
+    written = reads_and_writes(region.body)[1]
+    if (ind is None or var.type not in (i8, i16, i32)
+            or not all(_invariant(e, written) and variance.expr(e, Control()) <= Variance.BLOCK
+                       for e in (bound, ind.step))):
+        return None
+    return Counted(ind, bound)
 
 
 def _needed(remat: dict[str, ir.Assign], reads: set[str]) -> list[str]:
