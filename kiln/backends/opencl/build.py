@@ -31,7 +31,7 @@ _POCL_DIAGNOSTIC = re.compile(r"^error: (.+?:\d+:\d+): ", re.MULTILINE)
 """PoCL writes `error: FILE:LINE:COL: message`; clang `FILE:LINE:COL: error: message`."""
 _UNNAMED_DIAGNOSTIC = re.compile(r"^(?:<[^>\n]*>)?:(\d+):(\d+): ", re.MULTILINE)
 """NVIDIA writes `:LINE:COL: error: message`: an unnamed source, physical lines (#line unused)."""
-_LOCATED = re.compile(r":\d+:\d+: ")
+_LOCATED_ERROR = re.compile(r":\d+:\d+: (?:fatal )?error", re.MULTILINE)
 _QUOTED_SYMBOL = re.compile(r"'([A-Za-z_]\w*)'")
 _LINE_DIRECTIVE = re.compile(r'^#line (\d+)(?: "(.*)")?$')
 
@@ -101,18 +101,18 @@ def build_from_source(handle: CLDevice, source: str, flags: list[str]) -> Built:
 def normalize_log(log: str, source: str) -> str:
     """A build log in clang's `FILE:LINE:COL: error: ...` form, at `#line` locations."""
     log = _POCL_DIAGNOSTIC.sub(r"\1: error: ", log)
-    if not _UNNAMED_DIAGNOSTIC.search(log):
-        return log if _LOCATED.search(log) else _locate_by_symbol(log, source)
-    presumed = presumed_lines(source)
+    if _UNNAMED_DIAGNOSTIC.search(log):
+        presumed = presumed_lines(source)
 
-    def locate(m: re.Match[str]) -> str:
-        physical = int(m[1])
-        if not 0 < physical <= len(presumed):
-            return m[0]
-        file, line = presumed[physical - 1]
-        return f"{file}:{line}:{m[2]}: "
+        def locate(m: re.Match[str]) -> str:
+            physical = int(m[1])
+            if not 0 < physical <= len(presumed):
+                return m[0]
+            file, line = presumed[physical - 1]
+            return f"{file}:{line}:{m[2]}: "
 
-    return _UNNAMED_DIAGNOSTIC.sub(locate, log)
+        log = _UNNAMED_DIAGNOSTIC.sub(locate, log)
+    return log if _LOCATED_ERROR.search(log) else _locate_by_symbol(log, source)
 
 
 def _locate_by_symbol(log: str, source: str) -> str:
