@@ -23,6 +23,7 @@ from .ir.types import (
     StructType,
     VariantType,
     VectorType,
+    bf16,
     bool_,
     constexpr,
     f16,
@@ -78,6 +79,7 @@ bool8 = bool_
 int8, int16, int32, int64 = i8, i16, i32, i64
 uint8, uint16, uint32, uint64 = u8, u16, u32, u64
 float16, float32, float64 = f16, f32, f64
+bfloat16 = bf16
 
 # kernel builtins
 thread_idx, block_idx, block_dim, grid_dim = _b.thread_idx, _b.block_idx, _b.block_dim, _b.grid_dim

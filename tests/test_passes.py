@@ -28,6 +28,7 @@ from kiln.ir.passes import (
     fold_constants,
     inline_functions,
     lower_aggregates,
+    lower_bf16,
     pipeline_for,
     remove_dead_code,
 )
@@ -761,14 +762,15 @@ class FakeDevice:
 
 
 def test_pipelines() -> None:
-    assert default_pipeline() == [lower_aggregates, fold_constants, remove_dead_code]
+    assert default_pipeline() == [lower_aggregates, lower_bf16, fold_constants,
+                                  remove_dead_code]
     assert pipeline_for(None) == default_pipeline()
     inlining = pipeline_for(None, inline=True)  # recursion bounded ([1]) before inlining
     assert [inlining[0], *inlining[2:]] == [*default_pipeline(), inline_functions]
     assert pipeline_for(FakeDevice())[2:] == default_pipeline()[1:]  # type: ignore[arg-type]
     passes = pipeline_for(FakeDevice(), inline=True)  # type: ignore[arg-type]
     assert passes[0] is lower_aggregates
-    assert passes[3:] == [fold_constants, remove_dead_code, inline_functions]
+    assert passes[3:] == [lower_bf16, fold_constants, remove_dead_code, inline_functions]
     with pytest.raises(kiln.DeviceFeatureError):
         passes[1](uses_f64.program((f32[:],)))
 

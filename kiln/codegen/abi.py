@@ -13,8 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from ..ir.nodes import Function, Program
-from ..ir.types import ArrayType, ScalarType, i32
+from ..ir.types import ArrayType, ScalarType, bf16, i32
 
 AbiKind = Literal["pointer", "dim", "scalar"]
 
@@ -54,7 +56,8 @@ def kernel_abi(program: Program) -> list[AbiParam]:
 
 def abi_values(abi: Sequence[AbiParam], args: Sequence[Any],
                pointer: Callable[[Any], Any]) -> list[Any]:
-    """Launch values in ABI order: `pointer(array)` for pointers, shapes, scalars as given.
+    """Launch values in ABI order: `pointer(array)` for pointers, shapes, scalars (bf16 as
+    its bits).
 
     `args` are the executor's launch arguments (DeviceArrays and NumPy scalars, in
     parameter order); `pointer` turns a DeviceArray into the backend's pointer value.
@@ -67,5 +70,13 @@ def abi_values(abi: Sequence[AbiParam], args: Sequence[Any],
         elif p.kind == "dim":
             out.append(value.shape[p.axis])
         else:
-            out.append(value)
+            out.append(device_scalar(value))
     return out
+
+
+def device_scalar(value: Any) -> Any:
+    """A scalar launch value as C-like kernels receive it: a bf16 as its bits (`np.uint16`,
+    the type they store it in), any other unchanged."""
+    if getattr(value, "dtype", None) == bf16.dtype:
+        return value.view(np.uint16)
+    return value

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from ..framework.intrinsics import intrinsics
 from ..ir import nodes as ir
 from ..ir.enums import MemorySpace
@@ -30,6 +32,7 @@ from ..ir.types import (
     ScalarType,
     Type,
     VoidType,
+    bf16,
     bool_,
     f16,
     f32,
@@ -112,8 +115,9 @@ class CEmitter:
     type_names: ClassVar[dict[ScalarType, str]] = {
         bool_: "bool", i8: "int8_t", i16: "int16_t", i32: "int32_t", i64: "int64_t",
         u8: "uint8_t", u16: "uint16_t", u32: "uint32_t", u64: "uint64_t",
-        f16: "_Float16", f32: "float", f64: "double",
+        f16: "_Float16", bf16: "uint16_t", f32: "float", f64: "double",
     }
+    """bf16 is its bits (helpers `kiln_to_f32_bf16`/`kiln_from_f32_bf16` convert it)."""
     storage_names: ClassVar[dict[ScalarType, str]] = {}
     """Element types in memory where they differ from value types (OpenCL: bool -> uchar)."""
     literal_suffixes: ClassVar[dict[ScalarType, str]] = {u32: "u", i64: "LL", u64: "ULL"}
@@ -454,6 +458,8 @@ class CEmitter:
         return self._dispatch(e, "expr")
 
     def literal(self, value: int | float | bool, t: ScalarType) -> CExpr:
+        if t is bf16:
+            return CExpr(f"({self.ctype(t)}){hex(int(t(value).view(np.uint16)))}", UNARY)
         if t.is_bool:
             return CExpr("true" if value else "false")
         if t.is_float:
@@ -487,9 +493,16 @@ class CEmitter:
         return CExpr(f"({self.ctype(t)}){text.wrap(UNARY)}", UNARY)
 
     def expr_Cast(self, e: ir.Cast) -> CExpr:  # noqa: N802
-        inner = self.expr(e.value)
-        if e.value.type == e.type:
+        inner, src = self.expr(e.value), e.value.type
+        if src == e.type:
             return inner
+        if src is bf16:
+            inner, src = CExpr(f"{self.use_helper('to_f32', bf16)}({inner.text})"), f32
+            if e.type is f32:
+                return inner
+        if e.type is bf16:
+            value = inner if src is f32 else self.cast(inner, f32)
+            return CExpr(f"{self.use_helper('from_f32', bf16)}({value.text})")
         if e.type is bool_:
             return CExpr(f"{inner.wrap(BINARY_PREC['!='] + 1)} != 0", BINARY_PREC["!="])
         return self.cast(inner, e.type)  # type: ignore[arg-type]

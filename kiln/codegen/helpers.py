@@ -62,6 +62,29 @@ def _abs(t: ScalarType) -> str:
     return "{Q} {T} kiln_abs_{t}({T} a) { return a < 0 ? ({T})(0 - ({U})a) : a; }"
 
 
+_BITS = "union { unsigned int u; float f; } v;"
+"""bf16 is the top half of an f32 (`unsigned int` is 32 bits in C, OpenCL C and CUDA)."""
+
+
+def _to_f32(t: ScalarType) -> str:
+    """bf16 -> f32 (exact): the bits shifted into the top half."""
+    return f"""{{Q}} float kiln_to_f32_{{t}}({{T}} h) {{
+    {_BITS}
+    v.u = (unsigned int)h << 16;
+    return v.f;
+}}"""
+
+
+def _from_f32(t: ScalarType) -> str:
+    """f32 -> bf16, rounded to nearest even; a NaN stays a (quiet) NaN of the same sign."""
+    return f"""{{Q}} {{T}} kiln_from_f32_{{t}}(float f) {{
+    {_BITS}
+    v.f = f;
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return ({{T}})((v.u >> 16) | 0x40u);
+    return ({{T}})((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}}"""
+
+
 C_HELPERS: dict[str, HelperTemplate] = {
     "floordiv": _floordiv,
     "floormod": _floormod,
@@ -69,4 +92,6 @@ C_HELPERS: dict[str, HelperTemplate] = {
     "min": _minmax("<", "min"),
     "max": _minmax(">", "max"),
     "abs": _abs,
+    "to_f32": _to_f32,
+    "from_f32": _from_f32,
 }

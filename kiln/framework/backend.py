@@ -76,6 +76,8 @@ class Capabilities:
     atomics: frozenset[str] = field(default_factory=frozenset)
     unified_memory: bool = False
     arch: str = ""
+    bf16: bool = True
+    """bfloat16 storage and arithmetic (every backend converts it through f32 itself)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -90,6 +92,7 @@ class Capabilities:
             "warp size": self.warp_size,
             "fp64": self.fp64,
             "fp16": self.fp16,
+            "bf16": self.bf16,
             "atomics": ", ".join(sorted(self.atomics)),
             "unified memory": self.unified_memory,
         }

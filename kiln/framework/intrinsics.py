@@ -21,6 +21,7 @@ from ..ir.types import (
     ScalarType,
     Type,
     VectorType,
+    bf16,
     bool_,
     f16,
     f32,
@@ -252,13 +253,13 @@ intrinsics.register(Intrinsic("isinf", "math", (1, 1), _predicate, None))
 
 def _warp_value(args: Sequence[Type]) -> tuple[list[Type], Type]:
     """shuffle, shuffle_down, shuffle_xor: (value, lane or offset); narrow integers and bool
-    travel as i32 and f16 as f32 (what every backend can exchange)."""
+    travel as i32 and f16 and bf16 as f32 (what every backend can exchange)."""
     value, lane = args
     if not isinstance(value, ScalarType):
         raise IntrinsicTypeError(f"warp shuffles exchange numbers, got {value}")
     if not (isinstance(lane, ScalarType) and (lane.is_int or lane.is_bool)):
         raise IntrinsicTypeError(f"the lane or offset of a shuffle must be an integer, got {lane}")
-    t = f32 if value == f16 else widen_for_arithmetic(value)
+    t = f32 if value in (f16, bf16) else widen_for_arithmetic(value)
     return [t, i32], t
 
 

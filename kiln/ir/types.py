@@ -2,7 +2,7 @@
 
 Promotion (documented in docs/language.md):
 - integers narrower than 32 bits (and bool) are widened to i32 before arithmetic (as in C);
-- int with float gives the float; two floats give the wider;
+- int with float gives the float; two floats give the wider (f16 with bf16 gives f32);
 - two integers of one signedness give the wider; mixed signedness gives the unsigned type
   when it is at least as wide as the signed one, else the signed type (C's rule).
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from .enums import MemorySpace
@@ -74,7 +75,7 @@ class ScalarType(Type):
 
     def range(self) -> tuple[float, float]:
         if self.is_float:
-            info = np.finfo(self.dtype)
+            info = ml_dtypes.finfo(self.dtype)
             return (float(info.min), float(info.max))
         if self.is_bool:
             return (0, 1)
@@ -85,7 +86,7 @@ class ScalarType(Type):
 _NUMPY_NAMES = {
     "bool_": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
     "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
-    "f16": "float16", "f32": "float32", "f64": "float64",
+    "f16": "float16", "bf16": ml_dtypes.bfloat16, "f32": "float32", "f64": "float64",
 }
 
 bool_ = ScalarType("bool_", "b", 8)
@@ -98,10 +99,13 @@ u16 = ScalarType("u16", "u", 16)
 u32 = ScalarType("u32", "u", 32)
 u64 = ScalarType("u64", "u", 64)
 f16 = ScalarType("f16", "f", 16)
+bf16 = ScalarType("bf16", "f", 16)
+"""bfloat16: f32's exponent with 8 significant bits (NumPy dtype `ml_dtypes.bfloat16`)."""
 f32 = ScalarType("f32", "f", 32)
 f64 = ScalarType("f64", "f", 64)
 
-SCALARS: tuple[ScalarType, ...] = (bool_, i8, i16, i32, i64, u8, u16, u32, u64, f16, f32, f64)
+SCALARS: tuple[ScalarType, ...] = (bool_, i8, i16, i32, i64, u8, u16, u32, u64, f16, bf16, f32,
+                                f64)
 SCALAR_BY_NAME = {t.name: t for t in SCALARS}
 SCALAR_BY_DTYPE = {t.dtype: t for t in SCALARS}
 
@@ -306,6 +310,8 @@ def promote(a: ScalarType, b: ScalarType) -> ScalarType:
     if a == b:
         return a
     if a.is_float or b.is_float:
+        if {a, b} == {f16, bf16}:
+            return f32
         floats = [t for t in (a, b) if t.is_float]
         return max(floats, key=lambda t: t.bits)
     if a.kind == b.kind:
@@ -323,6 +329,8 @@ def can_convert_implicitly(src: ScalarType, dst: ScalarType) -> bool:
     if src == dst or src.is_bool:
         return True
     if dst.is_float:
+        if {src, dst} == {f16, bf16}:
+            return False
         return src.is_int or (src.is_float and src.bits <= dst.bits)
     if dst.is_int and src.is_int:
         if src.kind == dst.kind:

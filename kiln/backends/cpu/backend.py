@@ -31,7 +31,8 @@ SMALL_LAUNCH = 8192
 than it saves (tens of microseconds)."""
 SHARED_MEMORY_PER_BLOCK = 64 * 1024
 STRUCT_CODES = {"bool_": "?", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B",
-                "u16": "H", "u32": "I", "u64": "Q", "f16": "e", "f32": "f", "f64": "d"}
+                "u16": "H", "u32": "I", "u64": "Q", "f16": "e", "bf16": "H", "f32": "f",
+                "f64": "d"}
 
 
 def launch_format(abi: Sequence[AbiParam]) -> struct.Struct:

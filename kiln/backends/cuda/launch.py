@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from ...ir.types import bf16
 from .driver import Context, api, check, error_name
 
 Dim3 = tuple[int, int, int]
 POINTER = "P"
+BF16 = bf16.dtype
 INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT
 
 
@@ -50,7 +52,14 @@ def _scalar_code(value: Any) -> str:
     dtype = np.asarray(value).dtype
     if dtype == np.bool_:
         return "?"
+    if dtype == BF16:
+        return "H"
     return {"l": "q", "L": "Q"}.get(dtype.char, dtype.char)  # "<l" packs 4 bytes, not 8
+
+
+def _scalar_expr(value: Any, i: int) -> str:
+    """How the packing function reads scalar argument `i` (a bf16 as its bits)."""
+    return f"a[{i}].view('<u2')" if np.asarray(value).dtype == BF16 else f"a[{i}]"
 
 
 Layout = tuple[list[str], list[str]]
@@ -71,14 +80,15 @@ def kiln_layout(args: Sequence[Any]) -> Layout:
                 exprs.append(f"a[{i}].shape[{axis}]")
         else:
             codes.append(_scalar_code(a))
-            exprs.append(f"a[{i}]")
+            exprs.append(_scalar_expr(a, i))
     return codes, exprs
 
 
 def raw_layout(args: Sequence[Any]) -> Layout:
     """Hand-written kernels: arrays as pointers, scalars by their NumPy type."""
     codes = [POINTER if hasattr(a, "buffer") else _scalar_code(a) for a in args]
-    exprs = [f"a[{i}].buffer.ptr" if c == POINTER else f"a[{i}]" for i, c in enumerate(codes)]
+    exprs = [f"a[{i}].buffer.ptr" if c == POINTER else _scalar_expr(a, i)
+             for i, (c, a) in enumerate(zip(codes, args))]
     return codes, exprs
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...codegen.abi import device_scalar
 from ...framework.backend import (
     Availability,
     Capabilities,
@@ -176,14 +177,14 @@ def global_size(grid: Dim3, block: Dim3) -> Dim3:
 
 def flatten(args: Sequence[Any]) -> list[Any]:
     """Kernel arguments in the shared ABI: each array as its buffer then its i32 dimensions,
-    each scalar as the NumPy scalar the executor made."""
+    each scalar as the NumPy scalar the executor made (a bf16 as its bits)."""
     out: list[Any] = []
     for a in args:
         if isinstance(a, DeviceArray):
             out.append(a.buffer)
             out += [np.int32(n) for n in a.shape]
         else:
-            out.append(a)
+            out.append(device_scalar(a))
     return out
 
 

@@ -23,6 +23,7 @@ from ...ir.types import (
     ArrayType,
     ScalarType,
     Type,
+    bf16,
     bool_,
     f16,
     f32,
@@ -139,7 +140,7 @@ class OpenCLEmitter(NativeVectors, CEmitter):
     type_names: ClassVar[dict[ScalarType, str]] = {
         bool_: "bool", i8: "char", i16: "short", i32: "int", i64: "long",
         u8: "uchar", u16: "ushort", u32: "uint", u64: "ulong",
-        f16: "half", f32: "float", f64: "double",
+        f16: "half", bf16: "ushort", f32: "float", f64: "double",
     }
     storage_names: ClassVar[dict[ScalarType, str]] = {bool_: "uchar"}
     vector_types: ClassVar[dict[ScalarType, str]] = {

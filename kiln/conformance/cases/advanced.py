@@ -1,13 +1,14 @@
-"""The advanced kernel language: warp operations, f16, native code, recursion, unrolling
+"""The advanced kernel language: warp operations, f16, bf16, native code, recursion, unrolling
 hints and generics. Expected values follow docs/language-advanced.md; warp results are
 computed for the device's own warp size."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 import kiln
-from kiln import f16, f32, f64, i32, u32, u64
+from kiln import bf16, f16, f32, f64, i32, u32, u64
 
 from ..checks import assert_close, assert_equal, blocks, rng, run
 from ..registry import Requirement, Skipped, case, signatures
@@ -119,6 +120,53 @@ def f16_arithmetic(device):
     for row, expected in enumerate(exact):
         assert_equal(out[row], expected.astype(np.float16), f"f16 row {row}")
     assert_close(out[6], np.exp(a * np.float16(0.5)), "f16 exp", rtol=1e-3)
+
+
+@kiln.kernel
+def bfloat16_arithmetic(a: bf16[:], b: bf16[:], out: bf16[:, :], wide: f32[:, :], ints: i32[:],
+                        n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        x = a[i]
+        y = b[i]
+        out[0, i] = x * y + x
+        out[1, i] = x / y - bf16(0.25)
+        out[2, i] = kiln.sqrt(y)
+        out[3, i] = bf16(f32(x) * 3.0)
+        out[4, i] = max(x, y) if x != y else -x
+        out[5, i] = x // y
+        out[6, i] = x * 2.5 - y
+        out[7, i] = bf16(i * 1001)
+        wide[0, i] = x + y
+        wide[1, i] = f32(x) * 1.001
+        ints[i] = i32(x * y) + i32(x < y)
+        out[8, i] = bf16(-0.0) if x < bf16(-7) else x
+
+
+@case()
+def bf16_arithmetic(device):
+    """bf16 storage and arithmetic: each operation computed in f32 and rounded to bf16 (to
+    nearest even), bit for bit as NumPy with `ml_dtypes.bfloat16`; casts to and from f32 and
+    integers; a bf16 array read and written."""
+    n = 300
+    bfloat16 = ml_dtypes.bfloat16
+    a = rng(64).uniform(-8, 8, n).astype(bfloat16)
+    b = rng(65).uniform(0.1, 8, n).astype(bfloat16)
+    out = np.zeros((9, n), bfloat16)
+    wide = np.zeros((2, n), np.float32)
+    ints = np.zeros(n, np.int32)
+    run(device, bfloat16_arithmetic, blocks(n, BLOCK), BLOCK, a, b, out, wide, ints, n)
+    a32 = a.astype(np.float32)
+    exact = [a * b + a, a / b - bfloat16(0.25), np.sqrt(b).astype(bfloat16),
+             (a32 * 3).astype(bfloat16), np.where(a != b, np.maximum(a, b), -a), a // b,
+             a * bfloat16(2.5) - b, (np.arange(n) * 1001).astype(bfloat16),
+             np.where(a < -7, bfloat16(-0.0), a)]
+    for row, expected in enumerate(exact):
+        assert_equal(out[row].view(np.uint16), expected.astype(bfloat16).view(np.uint16),
+                     f"bf16 row {row}")
+    assert_equal(wide[0], (a + b).astype(np.float32), "bf16 sum widened to f32")
+    assert_equal(wide[1], a32 * np.float32(1.001), "bf16 widened to f32")
+    assert_equal(ints, (a * b).astype(np.float32).astype(np.int32) + (a < b), "bf16 to i32")
 
 
 def popcount_python(v: np.ndarray, bits: np.ndarray) -> dict[str, np.ndarray]:

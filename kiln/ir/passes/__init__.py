@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..nodes import Program
 from .aggregates import lower_aggregates
+from .bf16 import lower_bf16
 from .convergence import check_convergence
 from .dead_code import remove_dead_code
 from .features import device_feature_check
@@ -29,7 +30,7 @@ Pass = Callable[[Program], Program]
 
 __all__ = [
     "InternalError", "Pass", "bound_recursion", "check_program", "default_pipeline",
-    "device_feature_check", "fold_constants", "inline_functions", "lower_aggregates",
+    "device_feature_check", "fold_constants", "inline_functions", "lower_aggregates", "lower_bf16",
     "lower_single_lane_warps", "pipeline_for", "remove_dead_code",
 ]
 
@@ -43,8 +44,9 @@ def check_program(program: Program) -> Program:
 
 
 def default_pipeline() -> list[Pass]:
-    """Records, variants and vectors lowered to scalars, constants folded, dead code gone."""
-    return [lower_aggregates, fold_constants, remove_dead_code]
+    """Records, variants and vectors lowered to scalars, bf16 arithmetic moved to f32,
+    constants folded, dead code gone."""
+    return [lower_aggregates, lower_bf16, fold_constants, remove_dead_code]
 
 
 def pipeline_for(device: Device | None, *, inline: bool = False) -> list[Pass]:

@@ -1,4 +1,4 @@
-"""The device feature check: f64, f16, atomics and shared memory the device must support."""
+"""The device feature check: f64, f16, bf16, atomics and shared memory the device must support."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ...framework.intrinsics import intrinsics
 from ...lang.errors import DeviceFeatureError
 from .. import nodes as ir
 from ..enums import MemorySpace
-from ..types import ArrayType, ScalarType, Type, f16, f64
+from ..types import ArrayType, ScalarType, Type, bf16, f16, f64
 from ..visit import walk
 from .common import all_functions
 
@@ -65,6 +65,8 @@ class _FeatureCheck:
             self.fail("f64 (double precision)", loc)
         if elem == f16 and not self.caps.fp16:
             self.fail("f16 (half precision)", loc)
+        if elem == bf16 and not self.caps.bf16:
+            self.fail("bf16 (bfloat16)", loc)
 
     def atomic(self, node: ir.IntrinsicCall, loc: ir.Loc | None) -> None:
         if intrinsics[node.name].category != "atomic":
