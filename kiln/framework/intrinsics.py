@@ -275,7 +275,6 @@ for _name, _result in zip(WARP_VOTES, (bool_, bool_, u64)):
                                   warp_convergent=True))
 
 INDEX_BASES = ("thread_idx", "block_idx", "block_dim", "grid_dim")
-FLOAT_TYPES = (f32, f64)
 
 
 # ---------------------------------------------------------------- vectors

@@ -16,9 +16,7 @@ def adapt_literal(value: int | float | bool, other: ScalarType) -> ScalarType:
     if isinstance(value, int):
         if other.is_float:
             return other
-        target = other if other.bits >= 32 else i32
-        if other.is_bool:
-            target = i32
+        target = other if other.bits >= 32 else i32  # bool and small ints widen, as in C
         return target if fits(value, target) else promote(literal_type(value), target)
     return other if other.is_float else f32
 
