@@ -14,7 +14,7 @@ from .framework.backend import (
 )
 from .framework.intrinsics import Intrinsic, Variance, intrinsics
 from .framework.registry import register_backend
-from .ir.enums import MemorySpace
+from .ir.enums import ExtensibleEnum, MemorySpace
 from .ir.types import (
     Array,
     ArrayType,
@@ -60,12 +60,14 @@ from .lang.errors import (
     KernelError,
     KernelTypeError,
     LaunchError,
+    OptionError,
     RecursionDepthError,
     UnknownNameError,
     UnsupportedError,
 )
 from .lang.kernel import DeviceFunction, Kernel, func, kernel, launch
 from .lang.records import Variant, struct, variant
+from .options import KernelOptions
 from .runtime.array import DeviceArray, empty, empty_like, full, to_device, zeros
 from .runtime.device import Device, Event, Stream
 from .runtime.graph import Graph, graph

@@ -22,7 +22,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .framework.backend import Backend, Capabilities, ExecutionModel
+from .framework.backend import Backend, Capabilities, DeviceKind, ExecutionModel
+from .ir.enums import MemorySpace
 from .ir.types import (
     SCALAR_BY_NAME,
     ArrayType,
@@ -172,6 +173,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         table.add_row(entry.name, str(entry.priority), model.name if isinstance(
             model, ExecutionModel) else str(model), status, escape(detail))
     out.print(table)
+    for label, enum in (("execution models", ExecutionModel), ("device kinds", DeviceKind),
+                        ("memory spaces", MemorySpace)):  # with the members plugins added
+        out.print(f"{label}: {', '.join(m.name for m in enum.members())}")
     if not all_devices:
         out.print("no devices available")
         return 0

@@ -225,11 +225,6 @@ def unknown_result(n: i32):
     return 0
 
 
-@kiln.func(max_depth=0)
-def bad_depth(n: i32) -> i32:
-    return n
-
-
 @kiln.func
 def endless(level: kiln.constexpr) -> i32:
     return endless(level + 1)
@@ -250,11 +245,6 @@ def calls_shallow(out: i32[:]):
 @kiln.kernel
 def calls_unknown_result(out: i32[:]):
     out[0] = unknown_result(3)
-
-
-@kiln.kernel
-def calls_bad_depth(out: i32[:]):
-    out[0] = bad_depth(3)
 
 
 @kiln.kernel
@@ -303,7 +293,6 @@ def test_interp_checks_max_depth() -> None:
 
 @pytest.mark.parametrize(("kernel", "error", "message"), [
     (calls_unknown_result, kiln.KernelTypeError, "before its return type is known"),
-    (calls_bad_depth, kiln.KernelError, "max_depth must be a positive int"),
     (calls_endless, kiln.KernelError, "specialise more than 64 levels"),
 ])
 def test_recursion_misuse(kernel: kiln.Kernel, error: type, message: str) -> None:

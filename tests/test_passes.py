@@ -854,7 +854,7 @@ def run_program(device: kiln.Device, program: ir.Program, grid: int, block: int,
     backend, stream = device.backend, device.default_stream.handle
     dims = ((grid, 1, 1), (block, 1, 1))
     if backend.execution_model is ExecutionModel.JIT:
-        code = backend.compile(backend.generate_source(program), device, {})
+        code = backend.compile(backend.generate_source(program), device, kiln.KernelOptions())
         backend.launch(backend.link(code, device), *dims, args, stream)
     else:
         backend.execute(program, *dims, args, stream)

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..ir.enums import ExtensibleEnum
+from ..ir.enums import ExtensibleEnum, MemorySpace
 from ..ir.nodes import Program
+from ..options import KernelOptions
 
 if TYPE_CHECKING:
     from ..runtime.device import Device
@@ -78,6 +79,9 @@ class Capabilities:
     arch: str = ""
     bf16: bool = True
     """bfloat16 storage and arithmetic (every backend converts it through f32 itself)."""
+    memory_spaces: frozenset[MemorySpace] = frozenset(
+        (MemorySpace.GLOBAL, MemorySpace.SHARED, MemorySpace.LOCAL))
+    """Where kernels may place arrays; a plugin adds the spaces it registers."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +99,8 @@ class Capabilities:
             "bf16": self.bf16,
             "atomics": ", ".join(sorted(self.atomics)),
             "unified memory": self.unified_memory,
+            "memory spaces": ", ".join(sorted(repr(s).split(".", 1)[1].lower()
+                                              for s in self.memory_spaces)),
         }
 
 
@@ -189,13 +195,13 @@ class JITBackend(Backend):
     def generate_source(self, program: Program) -> str: ...
 
     @abstractmethod
-    def compile(self, source: str, device: Device, options: dict[str, Any]) -> Any: ...
+    def compile(self, source: str, device: Device, options: KernelOptions) -> Any: ...
 
     def link(self, code: Any, device: Device) -> Any:
         """Bind compiled code to a device (default: the code is the routine)."""
         return code
 
-    def export_code(self, code: Any, source: str, options: dict[str, Any]) -> Any:
+    def export_code(self, code: Any, source: str, options: KernelOptions) -> Any:
         """Opt in to the kernel cache (`kiln.framework.kernelcache`): a picklable form of
         `code` (compiled from `source` with `options`) that `import_code` turns back into
         code in a later process, which then skips the frontend, the passes and code

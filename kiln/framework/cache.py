@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..options import KernelOptions
 from .buildenv import BuildEnv
 
 T = TypeVar("T")
@@ -67,12 +68,13 @@ def cache_root() -> Path:
 
 
 def cache_key(backend: str, source: str, env: BuildEnv, arch: str,
-              options: dict[str, Any] | None = None) -> str:
-    """The hex key of one compiled binary."""
+              options: KernelOptions | dict[str, Any] | None = None) -> str:
+    """The hex key of one compiled binary (options by value: equal options, equal keys)."""
     from .. import __version__
 
+    named = options.as_dict() if isinstance(options, KernelOptions) else options or {}
     parts = {"kiln": __version__, "backend": backend, "env": env.identity, "arch": arch,
-             "options": sorted((str(k), repr(v)) for k, v in (options or {}).items())}
+             "options": sorted((str(k), repr(v)) for k, v in named.items())}
     h = hashlib.sha256(json.dumps(parts).encode())
     h.update(b"\0")
     h.update(source.encode())

@@ -180,7 +180,7 @@ def specialize(kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> S
     else:
         program, source, code, written = _build(kernel, arg_types, device)
         if stored is not None:
-            stored.store(program, written, code, source, dict(kernel.options))
+            stored.store(program, written, code, source, kernel.options)
     routine = (backend.link(code, device)  # type: ignore[attr-defined]
                if backend.execution_model is ExecutionModel.JIT else program)
     spec = Specialization(program, routine, written, device)
@@ -200,7 +200,7 @@ def _build(kernel: Kernel, arg_types: tuple[Type, ...], device: Device
     source, code = "", None
     if backend.execution_model is ExecutionModel.JIT:
         source = backend.generate_source(program)  # type: ignore[attr-defined]
-        code = backend.compile(source, device, dict(kernel.options))  # type: ignore[attr-defined]
+        code = backend.compile(source, device, kernel.options)  # type: ignore[attr-defined]
     written = written_params(program)
     original = kernel.program(arg_types).kernel.params
     if program.kernel.params and program.kernel.params[0].source is not None:  # lowered

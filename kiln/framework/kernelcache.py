@@ -40,6 +40,7 @@ import numpy as np
 from ..ir.nodes import Program
 from ..ir.types import SCALAR_BY_NAME, ScalarType, StructType, Type
 from ..lang.fingerprint import NotFingerprintable, fingerprint, type_fingerprint
+from ..options import KernelOptions
 from .backend import Capabilities, JITBackend
 from .cache import CompileCache
 from .intrinsics import intrinsics
@@ -93,7 +94,7 @@ class KernelKey:
         return found
 
     def store(self, program: Program, written: frozenset[str], code: Any, source: str,
-              options: dict[str, Any]) -> None:
+              options: KernelOptions) -> None:
         """Keep a freshly built kernel under this key (never fails the launch)."""
         exported = self.backend.export_code(code, source, options)
         if exported is None:
@@ -182,7 +183,7 @@ def backend_identity(backend: JITBackend) -> str:
 
 
 def capabilities_identity(caps: Capabilities) -> str:
-    return repr([(f.name, sorted(v) if isinstance(v, frozenset) else v)
+    return repr([(f.name, sorted(map(repr, v)) if isinstance(v, frozenset) else v)
                  for f in dataclasses.fields(caps) for v in [getattr(caps, f.name)]])
 
 

@@ -245,7 +245,7 @@ class ArrayType(Type):
         dims = ", ".join(":" for _ in range(self.ndim))
         if self.space is MemorySpace.GLOBAL:
             return f"{self.elem}[{dims}]"
-        return f"{self.space.value} {self.elem}{list(self.shape or ())}"
+        return f"{self.space.name.lower()} {self.elem}{list(self.shape or ())}"
 
     @property
     def size(self) -> int:

@@ -75,6 +75,13 @@ class RecursionDepthError(KernelError):
     kind = "recursion"
 
 
+class OptionError(KernelError, TypeError):
+    """An unknown kernel option (the message names the closest valid one) or a bad value;
+    also a TypeError, as an unknown keyword argument is in Python."""
+
+    kind = "kernel option"
+
+
 class LaunchError(Exception):
     """A launch that cannot run: bad grid/block, wrong argument count, type or shape."""
 

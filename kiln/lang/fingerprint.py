@@ -72,7 +72,7 @@ class _Walker:
         pyfunc = fn.pyfunc
         text, chains = _static(parse_function(pyfunc))
         out = [f"{type(fn).__name__} {pyfunc.__qualname__} {text}",
-               f"options {self.mapping(fn.options)}"]
+               f"options {self.mapping(fn.options.as_dict())}"]
         scope = _Scope(pyfunc)
         for chain, local in chains:
             name = ".".join(chain)

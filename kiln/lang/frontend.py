@@ -1189,7 +1189,7 @@ class FunctionBuilder(AggregateBuilder):
             function = builder.build()
         finally:
             del self.ctx.building[key]
-        function.max_depth = _max_depth(fn, loc)
+        function.max_depth = fn.options.max_depth  # validated by KernelOptions
         self.ctx.functions[key] = function
         self.ctx.order.append(function)
         return function.name, function.return_type
@@ -1290,14 +1290,6 @@ def _shallow_breaks(body: list[ir.Stmt]) -> list[ir.Stmt]:
             found += _shallow_breaks(s.then) + _shallow_breaks(s.orelse)
     return found
 
-
-def _max_depth(fn: Any, loc: ir.Loc) -> int | None:
-    """`@kiln.func(max_depth=N)`: how deep backends without recursion inline it."""
-    depth = fn.options.get("max_depth")
-    if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool)
-                              or depth < 1):
-        raise KernelError(f"{fn.name}: max_depth must be a positive int, got {depth!r}", loc)
-    return depth
 
 
 def _describe(value: Any) -> str:

@@ -8,7 +8,9 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..ir.nodes import Loc
 from ..ir.types import Type
+from ..options import KernelOptions
 from .errors import KernelError, LaunchError
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ def _user_facing(method: F) -> F:
 class _Compilable:
     """What kernels and device functions share: the Python function and its parameters."""
 
-    def __init__(self, pyfunc: Callable[..., Any], options: dict[str, Any]) -> None:
+    def __init__(self, pyfunc: Callable[..., Any], options: KernelOptions) -> None:
         self.pyfunc = pyfunc
         self.name = pyfunc.__name__
         self.options = options
@@ -66,7 +68,7 @@ class DeviceFunction(_Compilable):
 class Kernel(_Compilable):
     """A `@kiln.kernel`: launch with `kernel[grid, block](args...)` or `kiln.launch`."""
 
-    def __init__(self, pyfunc: Callable[..., Any], options: dict[str, Any]) -> None:
+    def __init__(self, pyfunc: Callable[..., Any], options: KernelOptions) -> None:
         super().__init__(pyfunc, options)
         self.specializations: dict[Any, Specialization] = {}
         self.launch_plans: dict[Any, Callable[..., bool]] = {}  # see framework.fastpath
@@ -185,20 +187,31 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any] = (),
     execute_launch(kernel, grid, block, args, device, stream)
 
 
-def _decorator(cls: type[_Compilable], fn: Callable[..., Any] | None,
+def _decorator(cls: type[_Compilable], decorator: str, fn: Callable[..., Any] | None,
                options: dict[str, Any]) -> Any:
-    if fn is not None:
-        if not inspect.isfunction(fn):
-            raise TypeError(f"@kiln.{cls.__name__.lower()} decorates a function, got {fn!r}")
-        return cls(fn, options)
-    return lambda f: cls(f, options)
+    if fn is None:  # @kiln.kernel(...): check the options where they are written
+        checked = _options(decorator, options)
+        return lambda f: _decorator(cls, decorator, f, checked.changed())
+    if not inspect.isfunction(fn):
+        raise TypeError(f"{decorator} decorates a function, got {fn!r}")
+    code = fn.__code__
+    return cls(fn, _options(f"{decorator} {fn.__name__}", options,
+                            Loc(code.co_filename, code.co_firstlineno, 0)))
+
+
+def _options(where: str, options: dict[str, Any], loc: Loc | None = None) -> KernelOptions:
+    try:
+        return KernelOptions.of(options, where, loc)
+    except KernelError as exc:  # one frame: the decorator's line
+        raise exc.with_traceback(None) from None
 
 
 def kernel(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
-    """Decorate a SIMT kernel. Options (e.g. `fastmath=True`) reach the backend compiler."""
-    return _decorator(Kernel, fn, options)
+    """Decorate a SIMT kernel. Options (`kiln.KernelOptions`: `fastmath=True`, ...) reach
+    the backend compiler; an unknown one is an `OptionError` naming the closest."""
+    return _decorator(Kernel, "@kiln.kernel", fn, options)
 
 
 def func(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
-    """Decorate a device function callable from kernels."""
-    return _decorator(DeviceFunction, fn, options)
+    """Decorate a device function callable from kernels (`max_depth=N` for recursion)."""
+    return _decorator(DeviceFunction, "@kiln.func", fn, options)

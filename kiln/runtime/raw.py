@@ -16,6 +16,7 @@ import numpy as np
 
 from ..ir.types import literal_type
 from ..lang.errors import LaunchError
+from ..options import KernelOptions
 from .array import DeviceArray
 from .device import Device, Stream
 from .selection import device as resolve_device
@@ -30,7 +31,8 @@ class RawKernel:
 
     def __init__(self, source: str | bytes, name: str, backend: str = "cuda",
                  **options: Any) -> None:
-        self.source, self.name, self.backend_name, self.options = source, name, backend, options
+        self.source, self.name, self.backend_name = source, name, backend
+        self.options = KernelOptions.of(options, f"RawKernel {name}")
         self._routines: dict[Device, Any] = {}
 
     def __repr__(self) -> str:

@@ -21,6 +21,7 @@ from ...framework.cache import CacheEntry, CompileCache, cache_key
 from ...framework.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
 from ...ir.passes import Pass, pipeline_for
+from ...options import DEFAULT_OPTIONS, KernelOptions
 from ...runtime.host import HostMemoryMixin, HostStream, host_memory_bytes
 from .emitter import BLOCK_DIMS, SLOT, CpuEmitter
 from .toolchain import OPTION_FLAGS, compile_command, toolchain
@@ -59,7 +60,7 @@ class CpuKernel:
     shape, built (or loaded from the cache) on the first launch with that shape."""
 
     def __init__(self, backend: CpuBackend, source: str, abi: list[AbiParam], env: BuildEnv,
-                 options: dict[str, Any]) -> None:
+                 options: KernelOptions) -> None:
         self.backend, self.source, self.abi, self.env = backend, source, abi, env
         self.options = options
         self.layout = launch_format(abi)
@@ -155,9 +156,10 @@ class CpuBackend(HostMemoryMixin, JITBackend):
     def build_identity(self, device: Any) -> str:
         return toolchain().env.identity + (device.capabilities.arch if device else "")
 
-    def build_env(self, options: dict[str, Any] | None = None) -> BuildEnv:
+    def build_env(self, options: KernelOptions | None = None) -> BuildEnv:
         """The build environment, with the flags kernel options ask for."""
-        flags = [f for k, v in (options or {}).items() if v for f in OPTION_FLAGS.get(k, ())]
+        chosen = (options or DEFAULT_OPTIONS).as_dict()
+        flags = [f for k, v in chosen.items() if v for f in OPTION_FLAGS.get(k, ())]
         return toolchain().env.with_flags(*flags)
 
     # ------------------------------------------------------------ JIT
@@ -167,20 +169,20 @@ class CpuBackend(HostMemoryMixin, JITBackend):
         self._abis[source] = kernel_abi(program)
         return source
 
-    def compile(self, source: str, device: Any, options: dict[str, Any]) -> CpuKernel:
+    def compile(self, source: str, device: Any, options: KernelOptions) -> CpuKernel:
         """Binaries are built per block shape at the first launch (`CpuKernel.binary`)."""
         abi = self._abis.get(source)
         if abi is None:
             raise ValueError("the cpu backend compiles only source from its generate_source")
         return CpuKernel(self, source, abi, self.build_env(options), options)
 
-    def export_code(self, code: CpuKernel, source: str, options: dict[str, Any]
-                    ) -> tuple[str, list[AbiParam], dict[str, Any]]:
+    def export_code(self, code: CpuKernel, source: str, options: KernelOptions
+                    ) -> tuple[str, list[AbiParam], KernelOptions]:
         """For the kernel cache: the source, ABI and options (each block shape's binary is
         then found by its source key, `CpuKernel.binary`)."""
         return source, code.abi, options
 
-    def import_code(self, exported: tuple[str, list[AbiParam], dict[str, Any]],
+    def import_code(self, exported: tuple[str, list[AbiParam], KernelOptions],
                     device: Any) -> CpuKernel:
         source, abi, options = exported
         return CpuKernel(self, source, abi, self.build_env(options), options)

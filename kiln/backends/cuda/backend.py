@@ -15,6 +15,7 @@ from ...framework.buildenv import BuildEnv
 from ...framework.cache import CompileCache, cache_key
 from ...framework.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
+from ...options import KernelOptions
 from . import interop, nvrtc
 from .dialect import CudaEmitter
 from .driver import Context, api, check, probe
@@ -141,14 +142,14 @@ class CudaBackend(JITBackend):
     def generate_source(self, program: Program) -> str:
         return CudaEmitter().emit(program)
 
-    def compile(self, source: str, device: Device, options: dict[str, Any]) -> CudaCode:
+    def compile(self, source: str, device: Device, options: KernelOptions) -> CudaCode:
         match = _ENTRY.search(source)
         if match is None:
             raise ValueError("no extern \"C\" __global__ kernel in the CUDA source")
         return compile_cached(source, match[1], device.capabilities.arch,
-                              fastmath=bool(options.get("fastmath", False)))
+                              fastmath=options.fastmath)
 
-    def export_code(self, code: CudaCode, source: str, options: dict[str, Any]) -> CudaCode:
+    def export_code(self, code: CudaCode, source: str, options: KernelOptions) -> CudaCode:
         """For the kernel cache: the cubin itself (a hit then reads one file)."""
         return code
 
@@ -173,7 +174,7 @@ class CudaBackend(JITBackend):
         return routine.prepared(grid, block, args, stream.stream)
 
     def load_raw(self, code: str | bytes, name: str, device: Device,
-                 options: dict[str, Any]) -> Routine:
+                 options: KernelOptions) -> Routine:
         """A hand-written kernel: CUDA C++ (compiled with NVRTC), PTX text or a cubin."""
         context: Context = device.handle
         if isinstance(code, bytes):
@@ -182,7 +183,7 @@ class CudaBackend(JITBackend):
             image = code.encode() + b"\0"
         else:
             image = compile_cached(code, name, device.capabilities.arch,
-                                   fastmath=bool(options.get("fastmath", False))).image
+                                   fastmath=options.fastmath).image
         return Routine(context, load_module(context, image), name, layout=raw_layout)
 
     # ---- graphs (kiln.graph)

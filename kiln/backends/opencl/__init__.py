@@ -26,6 +26,7 @@ from ...framework.backend import (
 from ...framework.registry import register_backend
 from ...ir import nodes as ir
 from ...ir.passes import pipeline_for
+from ...options import KernelOptions
 from ...runtime.array import DeviceArray
 from . import runtime
 from .build import Built, build
@@ -85,17 +86,17 @@ class OpenCLBackend(JITBackend):
     def generate_source(self, program: ir.Program) -> str:
         return OpenCLEmitter().emit(program)
 
-    def compile(self, source: str, device: Device, options: dict[str, Any]) -> Built:
+    def compile(self, source: str, device: Device, options: KernelOptions) -> Built:
         name = KERNEL_NAME.search(source)
         return build(device.handle, source, options, name[1] if name else "kernel")
 
-    def export_code(self, code: Built, source: str, options: dict[str, Any]
-                    ) -> tuple[str, dict[str, Any]]:
+    def export_code(self, code: Built, source: str, options: KernelOptions
+                    ) -> tuple[str, KernelOptions]:
         """For the kernel cache: the source and options (the program binary is then found
         by its source key)."""
         return source, options
 
-    def import_code(self, exported: tuple[str, dict[str, Any]], device: Device) -> Built:
+    def import_code(self, exported: tuple[str, KernelOptions], device: Device) -> Built:
         source, options = exported
         return self.compile(source, device, options)
 

@@ -16,6 +16,7 @@ from ...codegen.diagnostics import compile_error
 from ...codegen.emitter import GENERATED_FILE
 from ...framework.buildenv import BuildEnv
 from ...framework.cache import CacheEntry, cache_key
+from ...options import KernelOptions
 from .runtime import CLDevice, import_pyopencl
 
 if TYPE_CHECKING:
@@ -36,10 +37,10 @@ _QUOTED_SYMBOL = re.compile(r"'([A-Za-z_]\w*)'")
 _LINE_DIRECTIVE = re.compile(r'^#line (\d+)(?: "(.*)")?$')
 
 
-def build_env(handle: CLDevice, options: dict[str, Any]) -> BuildEnv:
+def build_env(handle: CLDevice, options: KernelOptions) -> BuildEnv:
     """The driver that compiles for `handle` and the flags for a kernel's options."""
     flags = [STANDARD]
-    if options.get("fastmath"):
+    if options.fastmath:
         flags.append(FAST_MATH)
     elif handle.correct_division:
         flags.append(CORRECT_DIVISION)
@@ -66,7 +67,7 @@ class Built:
         self._args = values
 
 
-def build(handle: CLDevice, source: str, options: dict[str, Any], label: str) -> Built:
+def build(handle: CLDevice, source: str, options: KernelOptions, label: str) -> Built:
     """The program for `source`: from the in-memory or disk cache, else built from source."""
     env = build_env(handle, options)
     key = cache_key("opencl", source, env, handle.identity)

@@ -57,6 +57,7 @@ class _FeatureCheck:
                     self.atomic(node, loc)
             for t in [*(p.type for p in func.params), *func.locals.values()]:
                 self.scalar(t, func.loc)
+                self.space(t, func.loc)
         self.shared_memory(program.kernel)
 
     def scalar(self, t: Type, loc: ir.Loc | None) -> None:
@@ -67,6 +68,10 @@ class _FeatureCheck:
             self.fail("f16 (half precision)", loc)
         if elem == bf16 and not self.caps.bf16:
             self.fail("bf16 (bfloat16)", loc)
+
+    def space(self, t: Type, loc: ir.Loc | None) -> None:
+        if isinstance(t, ArrayType) and t.space not in self.caps.memory_spaces:
+            self.fail(f"{t.space.name.lower()} memory", loc)
 
     def atomic(self, node: ir.IntrinsicCall, loc: ir.Loc | None) -> None:
         if intrinsics[node.name].category != "atomic":
