@@ -14,6 +14,7 @@ from .framework.backend import (
 )
 from .framework.intrinsics import Intrinsic, Variance, intrinsics
 from .framework.registry import register_backend
+from .framework.sizing import Dim, dim
 from .ir.enums import ExtensibleEnum, MemorySpace
 from .ir.types import (
     Array,
@@ -68,7 +69,16 @@ from .lang.errors import (
 from .lang.kernel import DeviceFunction, Kernel, func, kernel, launch
 from .lang.records import Variant, struct, variant
 from .options import KernelOptions
-from .runtime.array import DeviceArray, empty, empty_like, full, to_device, zeros
+from .runtime.array import (
+    DeviceArray,
+    DeviceArrayView,
+    as_device_array,
+    empty,
+    empty_like,
+    full,
+    to_device,
+    zeros,
+)
 from .runtime.device import Device, Event, Stream
 from .runtime.graph import Graph, graph
 from .runtime.raw import RawKernel

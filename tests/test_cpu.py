@@ -23,7 +23,8 @@ def test_vector_add_is_zero_copy_and_asynchronous(cpu: kiln.Device) -> None:
     n = 1000
     a, b = np.arange(n, dtype=np.float32), np.ones(n, np.float32)
     c = np.zeros(n, np.float32)
-    da, db, dc = kiln.to_device(a, cpu), kiln.to_device(b, cpu), kiln.to_device(c, cpu)
+    da, db = kiln.to_device(a, cpu), kiln.to_device(b, cpu)
+    dc = kiln.as_device_array(c, cpu)
     vector_add[(n + 255) // 256, 256](da, db, dc, n)
     cpu.synchronize()
     np.testing.assert_array_equal(c, a + b)  # dc shares c's memory
@@ -35,7 +36,7 @@ def test_vector_add_is_zero_copy_and_asynchronous(cpu: kiln.Device) -> None:
 def test_block_sum_with_barriers_and_atomics(cpu: kiln.Device) -> None:
     x = np.random.default_rng(0).random(10_000).astype(np.float32)
     out = np.zeros(1, np.float32)
-    block_sum[8, 256](kiln.to_device(x, cpu), kiln.to_device(out, cpu), x.size)
+    block_sum[8, 256](kiln.to_device(x, cpu), kiln.as_device_array(out, cpu), x.size)
     cpu.synchronize()
     assert out[0] == pytest.approx(float(x.sum(dtype=np.float64)), rel=1e-4)
 

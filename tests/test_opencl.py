@@ -177,7 +177,7 @@ def test_zero_copy_shares_host_memory(dev):
     if not dev.capabilities.unified_memory:
         pytest.skip(f"{dev.capabilities.name} does not share host memory")
     host = np.arange(8, dtype=np.float64)
-    arr = kiln.to_device(host, dev)
+    arr = kiln.as_device_array(host, dev)
     assert arr.buffer.hostbuf is host
     double_it[1, 8](arr)
     np.testing.assert_array_equal(arr.numpy(), np.arange(8) * 2)

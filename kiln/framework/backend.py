@@ -163,6 +163,16 @@ class Backend(ABC):
         """Zero-copy: a buffer sharing `array`'s memory, or None when not possible."""
         return None
 
+    def sub_buffer(self, device: Device, buffer: Any, offset: int, nbytes: int) -> Any | None:
+        """A buffer for `nbytes` of `buffer` from byte `offset` (a multiple of
+        `sub_buffer_alignment`), sharing its memory, for device-array views (`a[lo:hi]`);
+        None when the backend has none."""
+        return None
+
+    def sub_buffer_alignment(self, device: Device) -> int:
+        """The byte multiple at which sub-buffers may start (a kernel's arrays too)."""
+        return 1
+
     # ---- streams and events
     @abstractmethod
     def create_stream(self, device: Device) -> Any: ...

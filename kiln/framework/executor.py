@@ -28,7 +28,7 @@ from ..ir.types import (
 )
 from ..lang.errors import LaunchError
 from ..lang.records import argument_error, kiln_type_of, lowered_arguments
-from ..runtime.array import DeviceArray, to_device
+from ..runtime.array import DeviceArray, DeviceArrayView, stage_host
 from ..runtime.device import Device, Stream
 from ..runtime.interop import adopt
 from ..runtime.selection import device as resolve_device
@@ -113,6 +113,9 @@ def check_argument(kernel_name: str, pname: str, position: int, expected: Type |
                    value: Any) -> Type:
     """Check one argument against its parameter; return the type to specialise on."""
     where = f"argument '{pname}' (#{position + 1}) of {kernel_name}"
+    if isinstance(value, DeviceArrayView):
+        raise LaunchError(f"{where}: kernels take C-contiguous arrays, and this view cannot "
+                          f"be one: {value.launch_problem}; pass view.copy()")
     if is_aggregate(expected.elem if isinstance(expected, ArrayType) else expected):
         problem = argument_error(expected, value)  # type: ignore[arg-type]
         if problem is not None:
@@ -320,7 +323,7 @@ def _to_device_args(kernel: Kernel, args: Sequence[Any], arg_types: tuple[Type, 
         if isinstance(t, ConstexprType):
             continue
         if isinstance(value, np.ndarray):
-            dev_array = to_device(value, spec.device, stream)
+            dev_array = stage_host(value, spec.device, stream)
             if name in spec.written:
                 copy_back.append((value, dev_array))
             out.append(dev_array)

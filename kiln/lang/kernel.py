@@ -84,7 +84,13 @@ class Kernel(_Compilable):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"launch a kernel with {self.name}[grid, block](...) or kiln.launch(...)")
 
-    def __getitem__(self, config: tuple[Any, ...]) -> Launcher:
+    def __getitem__(self, config: Any) -> Launcher | SizedLauncher:
+        from ..framework.sizing import Dim
+
+        if isinstance(config, Dim) or (isinstance(config, tuple) and len(config) == 2
+                                       and isinstance(config[0], Dim)):
+            size, stream = (config, None) if isinstance(config, Dim) else config
+            return SizedLauncher(self, size, stream)
         try:  # launchers are kept per configuration: each remembers its fast-path plan
             launcher = self._launchers.get(config)
         except TypeError:  # an unhashable grid or block (a list)
@@ -92,7 +98,8 @@ class Kernel(_Compilable):
         if launcher is not None:
             return launcher
         if not isinstance(config, tuple) or not 2 <= len(config) <= 3:
-            raise TypeError(f"write {self.name}[grid, block] or {self.name}[grid, block, stream]")
+            raise TypeError(f"write {self.name}[grid, block], {self.name}[grid, block, stream] "
+                            f"or {self.name}[kiln.dim(n)]")
         launcher = Launcher(self, *config)
         with contextlib.suppress(TypeError):
             if len(self._launchers) >= MAX_LAUNCHERS:
@@ -178,13 +185,43 @@ class Launcher:
                     (self.grid, self.block, None, self.stream))
 
 
-@_user_facing
-def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any] = (),
-           device: Device | str | None = None, stream: Stream | None = None) -> None:
-    """Launch `kernel` on a grid of `grid` blocks of `block` threads."""
-    from ..framework.executor import launch as execute_launch
+class SizedLauncher:
+    """`kernel[kiln.dim(n)]` or `kernel[kiln.dim(n), stream]`: one thread per element."""
 
-    execute_launch(kernel, grid, block, args, device, stream)
+    __slots__ = ("kernel", "size", "stream")
+
+    def __init__(self, kernel: Kernel, size: Any, stream: Stream | None = None) -> None:
+        self.kernel, self.size, self.stream = kernel, size, stream
+
+    def __call__(self, *args: Any) -> None:
+        launch(self.kernel, args=args, stream=self.stream, dim=self.size)
+
+
+@_user_facing
+def launch(kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[Any] = (),
+           device: Device | str | None = None, stream: Stream | None = None, *,
+           dim: Any = None) -> None:
+    """Launch `kernel` on a grid of `grid` blocks of `block` threads, or with `dim=n` (an int
+    or a shape) one thread per element, the block chosen for the device."""
+    from ..framework.executor import launch as execute_launch
+    from ..framework.executor import pick_device
+    from ..framework.sizing import as_shape, grid_and_block
+
+    if dim is None:
+        if grid is None or block is None:
+            raise LaunchError(f"launching {kernel.name} needs dim=n (one thread per element) "
+                              "or both grid= and block=")
+        execute_launch(kernel, grid, block, args, device, stream)
+        return
+    if grid is not None or block is not None:
+        raise LaunchError(f"launching {kernel.name}: give dim= or grid= and block=, not both "
+                          "(dim chooses the grid and the block)")
+    shape = as_shape(dim)
+    if 0 in shape:
+        return  # no elements, no threads (as Warp's wp.launch with dim=0)
+    dev = stream.device if stream is not None and device is None else pick_device(args, device)
+    grid3, block3 = grid_and_block(shape, dev)
+    execute_launch(kernel, grid3, block3, args, dev if device is not None else None, stream)
 
 
 def _decorator(cls: type[_Compilable], decorator: str, fn: Callable[..., Any] | None,

@@ -15,15 +15,30 @@ if TYPE_CHECKING:
 
 
 class DeviceArray:
-    """A C-contiguous n-d array in one device's memory."""
+    """A C-contiguous n-d array in one device's memory (or a contiguous view of one:
+    `base` is then the array whose memory it shares)."""
 
     def __init__(self, device: Device, shape: tuple[int, ...], dtype: np.dtype, buffer: Any,
-                 host: np.ndarray | None = None) -> None:
+                 host: np.ndarray | None = None, base: DeviceArray | None = None,
+                 offset: int = 0) -> None:
         self.device = device
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.buffer = buffer
         self._host = host  # the NumPy array this one shares memory with, if zero-copy
+        self.base = base
+        self.offset = offset  # bytes from the start of `base` to this view's first element
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Bytes between neighbours along each axis (C order)."""
+        return _c_strides(self.shape, self.dtype.itemsize)
+
+    def __getitem__(self, key: Any) -> DeviceArray:
+        """Basic indexing (ints, slices with positive steps, `...`): a view sharing this
+        array's memory, as NumPy's. Contiguous views are DeviceArrays that launches take;
+        others are `DeviceArrayView`s, which copy to the host but not to kernels."""
+        return view_of(self, key)
 
     @property
     def ndim(self) -> int:
@@ -55,6 +70,9 @@ class DeviceArray:
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                     copy: bool | None = None) -> Any:
         export = getattr(self.device.backend, "dlpack", None)
+        if isinstance(self, DeviceArrayView):
+            raise BufferError(f"this view does not export DLPack ({self.launch_problem}); "
+                              "export view.copy()")
         if export is None or copy:
             raise BufferError(f"arrays of {self.device.name} do not export DLPack"
                               + (" copies" if export else ""))
@@ -82,6 +100,14 @@ class DeviceArray:
     def numpy(self) -> np.ndarray:
         """A NumPy copy of the contents, after all queued work on the default stream."""
         return self.copy_to_host()
+
+    def copy(self) -> DeviceArray:
+        """A new C-contiguous device array with this one's contents."""
+        out = empty(self.shape, self.dtype, self.device)
+        stream = self.device.default_stream
+        self.device.backend.copy_device_to_device(out.buffer, self.buffer, self.nbytes,
+                                                  stream.handle)
+        return out
 
     def copy_from_host(self, src: np.ndarray, stream: Stream | None = None) -> None:
         stream = stream or self.device.default_stream
@@ -124,23 +150,56 @@ def empty(shape: int | tuple[int, ...], dtype: Any = np.float32,
 
 def to_device(array: Any, device: Device | str | None = None,
               stream: Stream | None = None) -> DeviceArray:
-    """Copy a NumPy array to a device (sharing its memory where the device is the host)."""
+    """Copy a NumPy array to a device: on every backend the result owns its memory, as
+    Numba's `cuda.to_device` and CuPy's `asarray` do (`as_device_array` shares instead).
+    Without a stream the copy has finished on return, so launches on any stream see it;
+    with one it is queued there."""
     dev = resolve_device(device)
     host = np.asarray(array)
     _dtype_of(host.dtype)
-    if host.flags.c_contiguous:
-        shared = dev.backend.wrap_host(dev, host)
-        if shared is not None:
-            return DeviceArray(dev, host.shape, host.dtype, shared, host)
     out = empty(host.shape, host.dtype, dev)
-    out.copy_from_host(np.ascontiguousarray(host), stream)
+    out.copy_from_host(np.ascontiguousarray(host), stream or dev.default_stream)
+    if stream is None:
+        dev.default_stream.synchronize()
     return out
+
+
+def as_device_array(array: np.ndarray, device: Device | str | None = None) -> DeviceArray:
+    """A device array sharing `array`'s memory, without a copy: kernels writing it change
+    `array` (once the launch is synchronised). Only devices whose memory is the host's
+    (cpu, interp, OpenCL CPU devices such as PoCL) can; others raise `ValueError`."""
+    dev = resolve_device(device)
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"kiln.as_device_array shares a NumPy array's memory, got "
+                        f"{type(array).__name__}")
+    _dtype_of(array.dtype)
+    why = ("it is not C-contiguous" if not array.flags.c_contiguous
+           else "it is read-only" if not array.flags.writeable
+           else "it is not aligned" if not array.flags.aligned else "")
+    shared = None if why else dev.backend.wrap_host(dev, array)
+    if shared is None:
+        raise ValueError(
+            f"kiln.as_device_array: {dev.name} cannot share this array's memory ("
+            + (why or f"{dev.name}'s memory is not the host's") + "); copy it with kiln.to_device")
+    return DeviceArray(dev, array.shape, array.dtype, shared, array)
+
+
+def stage_host(array: np.ndarray, device: Device, stream: Stream | None = None) -> DeviceArray:
+    """A NumPy launch argument on the device: shared where the device can (the launch
+    copies written arguments back either way, so sharing only saves the copies)."""
+    if array.flags.c_contiguous:
+        shared = device.backend.wrap_host(device, array)
+        if shared is not None:
+            return DeviceArray(device, array.shape, array.dtype, shared, array)
+    return to_device(array, device, stream)
 
 
 def full(shape: int | tuple[int, ...], value: Any, dtype: Any = np.float32,
          device: Device | str | None = None) -> DeviceArray:
     dims, dt = _layout(shape, dtype)
-    return to_device(np.full(dims, value, dt), device)
+    dev = resolve_device(device)
+    # a fresh array: sharing it is safe; elsewhere the copy is queued on the default stream
+    return stage_host(np.full(dims, value, dt), dev, dev.default_stream)
 
 
 def zeros(shape: int | tuple[int, ...], dtype: Any = np.float32,
@@ -153,3 +212,113 @@ def empty_like(array: DeviceArray | np.ndarray, device: Device | str | None = No
     if device is None and isinstance(array, DeviceArray):
         device = array.device
     return empty(array.shape, array.dtype, device)
+
+
+class DeviceArrayView(DeviceArray):
+    """A view kernels cannot take as it is: not C-contiguous (`m[:, 1]`, `a[::2]`), or
+    starting where the device cannot point a kernel (OpenCL starts sub-buffers only at
+    aligned addresses). Its `buffer` starts `skip` bytes before its first element and
+    ends with its last. It copies to the host (`numpy()`); `copy()` gives a contiguous
+    array that kernels take."""
+
+    def __init__(self, device: Device, shape: tuple[int, ...], dtype: np.dtype, buffer: Any,
+                 strides: tuple[int, ...], skip: int, span: int, base: DeviceArray,
+                 offset: int) -> None:
+        super().__init__(device, shape, dtype, buffer, None, base, offset)
+        self._strides = strides
+        self.skip = skip
+        self.span = span  # bytes of `buffer`: the skipped ones, then the view's extent
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return self._strides
+
+    @property
+    def c_contiguous(self) -> bool:
+        return np.lib.stride_tricks.as_strided(np.zeros(1, self.dtype), self.shape,
+                                               self.strides).flags.c_contiguous
+
+    @property
+    def launch_problem(self) -> str:
+        """Why a launch cannot take this view."""
+        if not self.c_contiguous:
+            return f"it is not C-contiguous (strides {self.strides})"
+        return (f"it starts at byte {self.offset} of its array, and "
+                    f"{self.device.name} points kernels only at multiples of "
+                    f"{self.device.backend.sub_buffer_alignment(self.device)} bytes")
+
+    def __repr__(self) -> str:
+        return (f"<kiln.DeviceArrayView shape={self.shape} strides={self.strides} "
+                f"dtype={self.dtype} on {self.device.name}>")
+
+    def copy_to_host(self, out: np.ndarray | None = None, stream: Stream | None = None
+                     ) -> np.ndarray:
+        stream = stream or self.device.default_stream
+        raw = np.empty(self.span, np.uint8)
+        self.device.backend.copy_device_to_host(raw, self.buffer, stream.handle)
+        stream.synchronize()
+        values = np.lib.stride_tricks.as_strided(raw[self.skip:].view(self.dtype), self.shape,
+                                                 self.strides)
+        if out is None:
+            return np.array(values)
+        out[...] = values
+        return out
+
+    def copy(self) -> DeviceArray:
+        return to_device(self.numpy(), self.device)
+
+    def copy_from_host(self, src: np.ndarray, stream: Stream | None = None) -> None:
+        raise ValueError(f"this view cannot be written from the host ({self.launch_problem}); "
+                         "write its base array")
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _basic_key(key: Any) -> tuple[Any, ...]:
+    parts = key if isinstance(key, tuple) else (key,)
+    for part in parts:
+        if isinstance(part, (bool, np.bool_)) or not (
+                isinstance(part, (int, np.integer, slice)) or part is Ellipsis):
+            raise TypeError(f"device arrays take basic indices (ints, slices, ...), not "
+                            f"{part!r}: copy to the host with .numpy() for NumPy's indexing")
+        if isinstance(part, slice) and part.step is not None and part.step <= 0:
+            raise TypeError(f"device-array views need positive slice steps, got {part!r}")
+    return parts
+
+
+def view_of(array: DeviceArray, key: Any) -> DeviceArray:
+    """The view `array[key]`: NumPy works out its offset, shape and strides on a stand-in
+    array that has the same layout and no memory of its own."""
+    parts = _basic_key(key)
+    stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, array.dtype), array.shape,
+                                               array.strides)
+    try:
+        picked = stand_in[parts]
+    except IndexError as exc:
+        raise IndexError(f"{exc} (a device array of shape {array.shape})") from None
+    if picked.ndim == 0:
+        raise TypeError("indexing every axis of a device array gives one element: read it "
+                        "with .numpy() (or keep a slice, a[i:i+1])")
+    root = array.base or array
+    offset = array.offset + (picked.__array_interface__["data"][0]
+                             - stand_in.__array_interface__["data"][0])
+    shape, itemsize = picked.shape, array.dtype.itemsize
+    extent = (itemsize + sum((n - 1) * s for n, s in zip(shape, picked.strides))
+              if 0 not in shape else 0)
+    backend, dev = root.device.backend, root.device
+    skip = offset % backend.sub_buffer_alignment(dev)
+    buffer = (root.buffer if offset - skip == 0 and skip + extent == root.nbytes
+              else backend.sub_buffer(dev, root.buffer, offset - skip, skip + extent))
+    if buffer is None:
+        raise ValueError(f"{dev.name} cannot view its arrays (the {backend.name} backend has "
+                         "no sub-buffers): copy to the host with .numpy()")
+    if skip == 0 and (picked.flags.c_contiguous or extent == 0):
+        return DeviceArray(dev, shape, array.dtype, buffer, None, root, offset)
+    return DeviceArrayView(dev, shape, array.dtype, buffer, picked.strides, skip,
+                           skip + extent, root, offset)

@@ -70,7 +70,9 @@ class Stream:
 
 
 class Event:
-    """A point in a stream; `end.elapsed_time(start)` or `start.elapsed_time(end)` in ms."""
+    """A point in a stream: `event.synchronize()` waits for the work queued before it, and
+    `start.elapsed_time(end)` is the milliseconds between two of them (as in Numba, CuPy
+    and PyTorch)."""
 
     def __init__(self, device: Device | None = None) -> None:
         from .selection import device as default_device
@@ -95,7 +97,14 @@ class Event:
         raise_failed(watches)
 
     def elapsed_time(self, end: Event) -> float:
-        """Milliseconds from this event to `end` (both recorded)."""
+        """Milliseconds from this event (the start) to `end`, both recorded; waits for
+        `end`. An `end` that completed before the start is an error, never a negative
+        time (the usual cause: the events swapped, `end.elapsed_time(start)`)."""
         if not (self._recorded and end._recorded):
-            raise RuntimeError("both events must be recorded before elapsed_time")
-        return self.device.backend.elapsed_ms(self.handle, end.handle)
+            raise RuntimeError("both events must be recorded before elapsed_time: "
+                               "start.record(); ...; end.record(); start.elapsed_time(end)")
+        ms = self.device.backend.elapsed_ms(self.handle, end.handle)
+        if ms < 0:
+            raise ValueError(f"the end event completed {-ms:.3f} ms before the start: call "
+                             "start.elapsed_time(end) (this event is the start)")
+        return ms

@@ -99,6 +99,12 @@ class HostMemoryMixin:
             return array.reshape(-1).view(np.uint8)
         return None
 
+    def sub_buffer(self, device, buffer, offset: int, nbytes: int):
+        return buffer[offset:offset + nbytes]
+
+    def sub_buffer_alignment(self, device) -> int:
+        return 1
+
     def copy_host_to_device(self, dst, src, stream: HostStream) -> None:
         data = src.reshape(-1).view("uint8").copy()
         stream.enqueue(lambda: dst.__setitem__(slice(0, data.size), data))

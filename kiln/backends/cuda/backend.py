@@ -204,6 +204,10 @@ class CudaBackend(JITBackend):
     def allocate(self, device: Device, nbytes: int) -> Buffer:
         return Buffer.allocate(device.handle, nbytes)
 
+    def sub_buffer(self, device: Device, buffer: Buffer, offset: int, nbytes: int) -> Buffer:
+        return Buffer(buffer.ptr + offset if buffer.ptr else 0, nbytes, buffer.context,
+                      owner=buffer)
+
     def copy_host_to_device(self, dst: Buffer, src: np.ndarray, stream: StreamHandle) -> None:
         if src.nbytes:
             dst.context.activate()

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...ir.types import SCALAR_BY_DTYPE
 from ...lang.errors import LaunchError
-from ...runtime.array import DeviceArray
+from ...runtime.array import DeviceArray, DeviceArrayView
 from .driver import api, check, probe
 from .memory import Buffer
 
@@ -106,7 +106,8 @@ def cuda_array_interface(array: DeviceArray) -> dict[str, Any]:
     """CUDA array interface v3; `stream` is the stream kiln's work on the array is queued on."""
     return {
         "shape": array.shape, "typestr": array.dtype.str, "descr": [("", array.dtype.str)],
-        "data": (array.buffer.ptr, False), "strides": None, "version": 3,
+        "data": (array.buffer.ptr, False), "version": 3,
+        "strides": array.strides if isinstance(array, DeviceArrayView) else None,
         "stream": int(array.device.default_stream.handle.stream),
     }
 

@@ -141,6 +141,12 @@ class OpenCLBackend(JITBackend):
     def wrap_host(self, device: Device, array: np.ndarray) -> Any | None:
         return runtime.wrap_host(device.handle, array)
 
+    def sub_buffer(self, device: Device, buffer: Any, offset: int, nbytes: int) -> Any:
+        return buffer.get_sub_region(offset, nbytes) if nbytes else buffer
+
+    def sub_buffer_alignment(self, device: Device) -> int:
+        return max(int(device.handle.device.mem_base_addr_align) // 8, 1)
+
     def copy_host_to_device(self, dst: Any, src: np.ndarray, stream: Any) -> None:
         runtime.copy_host_to_device(stream, dst, src)
 

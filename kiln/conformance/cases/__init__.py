@@ -1,5 +1,5 @@
 """The built-in conformance cases; importing this package registers them, in this order."""
 
-from . import advanced, aggregates, algorithms, arithmetic, atomics, control, wide
+from . import advanced, aggregates, algorithms, arithmetic, atomics, control, host, wide
 
-MODULES = (algorithms, arithmetic, control, atomics, advanced, aggregates, wide)
+MODULES = (algorithms, arithmetic, control, atomics, advanced, aggregates, wide, host)
