@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .aot import load_library
 from .framework.backend import (
     Availability,
     Backend,

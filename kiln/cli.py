@@ -1,4 +1,4 @@
-"""The `kiln` command: info, compile, demo, check, bench and cache.
+"""The `kiln` command: info, compile, build, demo, check, bench and cache.
 
 Errors the user caused (a kernel that does not compile, a bad launch, an unknown device or
 backend, a bad FILE.py:KERNEL) print one message and exit with status 2, no traceback.
@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .framework.actions import ActionError, actions
 from .framework.backend import Backend, Capabilities, DeviceKind, ExecutionModel
 from .ir.enums import MemorySpace
 from .ir.types import (
@@ -48,7 +49,7 @@ class UsageError(Exception):
     """A mistake in the command line (bad FILE:KERNEL, unknown backend, bad --types)."""
 
 
-USER_ERRORS = (UsageError, KernelError, LaunchError, DeviceNotFoundError)
+USER_ERRORS = (UsageError, KernelError, LaunchError, DeviceNotFoundError, ActionError)
 
 
 # ---------------------------------------------------------------- helpers
@@ -93,13 +94,8 @@ def parse_type(text: str) -> Type:
     return ArrayType(scalar, ndim)
 
 
-def load_kernel(target: str) -> Any:
-    """Import FILE.py and return its KERNEL attribute (a @kiln.kernel)."""
-    from .lang.kernel import Kernel
-
-    file, sep, name = target.rpartition(":")
-    if not sep or not file or not name:
-        raise UsageError(f"'{target}': write FILE.py:KERNEL, e.g. examples/add.py:vector_add")
+def load_module(file: str) -> Any:
+    """Import FILE.py as a module of its own."""
     path = Path(file)
     if not path.is_file():
         raise UsageError(f"{file}: no such file")
@@ -116,13 +112,66 @@ def load_kernel(target: str) -> Any:
         raise UsageError(f"importing {file} failed: {type(exc).__name__}: {exc}") from None
     finally:
         sys.path.pop(0)
+    return module
+
+
+def module_kernels(module: Any) -> dict[str, Any]:
+    """The kernels a module defines (not those it imports), in definition order."""
+    from .lang.kernel import Kernel
+
+    return {k: v for k, v in vars(module).items()
+            if isinstance(v, Kernel) and v.pyfunc.__module__ == module.__name__}
+
+
+def load_kernel(target: str) -> Any:
+    """Import FILE.py and return its KERNEL attribute (a @kiln.kernel)."""
+    from .lang.kernel import Kernel
+
+    file, sep, name = target.rpartition(":")
+    if not sep or not file or not name:
+        raise UsageError(f"'{target}': write FILE.py:KERNEL, e.g. examples/add.py:vector_add")
+    module = load_module(file)
     kernel = getattr(module, name, None)
     if not isinstance(kernel, Kernel):
-        kernels = sorted(k for k, v in vars(module).items() if isinstance(v, Kernel))
+        kernels = sorted(module_kernels(module))
         found = f"; kernels there: {', '.join(kernels)}" if kernels else "; it defines none"
         what = "not defined" if kernel is None else f"a {type(kernel).__name__}, not a kernel"
         raise UsageError(f"{file}: '{name}' is {what}{found}")
     return kernel
+
+
+def split_types(text: str) -> list[str]:
+    """`f32[:, :],i32,constexpr(4)` -> its items: commas inside brackets do not split."""
+    items, depth, current = [], 0, ""
+    for ch in text:
+        depth += 1 if ch in "[(" else -1 if ch in "])" else 0
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    return [*items, current] if current or items else []
+
+
+def kernel_types(kernel: Any, texts: list[str]) -> tuple[Type, ...]:
+    """Types for `--kernel NAME:TYPES`: a plain literal stands for a constexpr parameter's
+    value (`4` as well as `constexpr(4)`)."""
+    import kiln
+
+    out: list[Type] = []
+    for (pname, declared), text in zip(kernel.signature, texts):
+        if isinstance(declared, ConstexprType) and not text.strip().startswith("constexpr("):
+            try:
+                out.append(kiln.constexpr(ast.literal_eval(text.strip())))
+                continue
+            except (ValueError, SyntaxError):
+                raise UsageError(f"{kernel.name}: parameter {pname} is a constexpr: give its "
+                                 f"value, e.g. 16, not '{text}'") from None
+        out.append(parse_type(text))
+    if len(texts) != len(kernel.signature):
+        raise UsageError(f"{kernel.name} has {len(kernel.signature)} parameter(s), "
+                         f"{len(texts)} type(s) given")
+    return tuple(out)
 
 
 def _cell(value: Any) -> str:
@@ -227,6 +276,51 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build(args: argparse.Namespace) -> int:
+    """Specialise a module's kernels for a target and write the action's files."""
+    from .aot import build, library_name
+
+    module = load_module(args.module)
+    kernels = module_kernels(module)
+    chosen = []
+    for item in args.kernel or []:
+        name, _, types = item.partition(":")
+        if name not in kernels:
+            raise UsageError(f"{args.module}: no kernel {name!r} (kernels: "
+                             f"{', '.join(kernels) or 'none'})")
+        kernel = kernels[name]
+        chosen.append((kernel, kernel_types(kernel, split_types(types)) if types else ()))
+    if not args.kernel:
+        chosen = [(k, ()) for k in kernels.values()]
+    blocks = [parse_block(b) for b in args.block or ()]
+    written = build(chosen, target=args.target, out=args.output, emit=args.emit,
+                    name=args.name or library_name(Path(args.module).stem),
+                    architectures=[a for arch in args.arch or () for a in arch.split(",")],
+                    settings={"blocks": blocks} if blocks else {})
+    for path in written:
+        out.print(str(path))
+    return 0
+
+
+def parse_block(text: str) -> tuple[int, int, int]:
+    """`256`, `16x16` or `8x8x4` -> (x, y, z)."""
+    try:
+        dims = [int(d) for d in text.lower().split("x")]
+    except ValueError:
+        dims = []
+    if not 1 <= len(dims) <= 3 or min(dims) < 1:
+        raise UsageError(f"--block {text!r}: write X, XxY or XxYxZ, e.g. 256 or 16x16")
+    return (*dims, 1, 1)[:3]  # type: ignore[return-value]
+
+
+def actions_help() -> str:
+    lines = ["actions (--emit):"]
+    for action in actions():
+        targets = ", ".join(sorted(action.targets)) or "no targets"
+        lines.append(f"  {action.name} [{targets}]: {action.description}")
+    return "\n".join(lines)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -280,8 +374,19 @@ def cmd_cache(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- parser and entry point
 
 
+class KilnParser(argparse.ArgumentParser):
+    """A parser whose help may end with text computed when help is asked for."""
+
+    epilog_factory: Callable[[], str] | None = None
+
+    def format_help(self) -> str:
+        if self.epilog_factory is not None:
+            self.epilog = self.epilog_factory()
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = KilnParser(
         prog="kiln", description="Write SIMT kernels once in Python; run them on every backend.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -298,6 +403,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", "-b", help="backend name (default: the best device's)")
     p.add_argument("--types", "-t", nargs="+", metavar="TYPE",
                    help="parameter types, e.g. f32[:] f32[:] i32 (default: the annotations)")
+    p = command("build", cmd_build,
+                "specialise a module's kernels for a target and write files through an action "
+                "(a C library: header, shared library, manifest)")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog_factory = actions_help  # type: ignore[attr-defined]
+    p.add_argument("module", metavar="MODULE.py")
+    p.add_argument("--kernel", "-k", action="append", metavar="NAME[:TYPES]",
+                   help="a kernel to build, with its parameter types when it has no hints "
+                   "(e.g. saxpy:f32[:],f32[:],f32,i32; a constexpr as its value); repeat for "
+                   "more kernels or signatures (default: every kernel of the module)")
+    p.add_argument("--target", "-t", required=True, help="cpu, cuda, opencl, ...")
+    p.add_argument("--emit", "-e", default="library", help="the action (default: library)")
+    p.add_argument("--output", "-o", required=True, metavar="DIR", help="folder to write")
+    p.add_argument("--name", "-n", help="library name (default: the module's file name)")
+    p.add_argument("--arch", action="append",
+                   help="cuda: sm_XX (repeat or comma-separate; default: this machine's GPU "
+                   "or sm_90); cpu: a -march value (default native)")
+    p.add_argument("--block", action="append",
+                   help="cpu: a block shape compiled as a constant, e.g. 256 or 16x16 "
+                   "(repeat; default 256; others still run, reading the shape at run time)")
     p = command("demo", cmd_demo,
                 "vector_add, reduce and matmul checked against NumPy, with timings")
     p.add_argument("--device", "-d", help="device spec, e.g. interp, cpu, cuda:0")

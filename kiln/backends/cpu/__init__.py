@@ -4,12 +4,15 @@ Importing this module registers the backend; a missing compiler or OpenMP makes 
 unavailable (with the reason) rather than failing the import.
 """
 
+from ...codegen.library import register_library_target
 from ...framework.registry import register_backend
 from . import atomics  # noqa: F401 - registers the "cpu" intrinsic spellings
 from .backend import CpuBackend
 from .emitter import CpuEmitter
+from .library import CpuLibrary
 
 backend = CpuBackend()
 register_backend(backend, priority=backend.priority)
+register_library_target(CpuLibrary(backend))
 
 __all__ = ["CpuBackend", "CpuEmitter", "backend"]

@@ -1,0 +1,107 @@
+"""Specialise kernels for a target and run an action on them, all or nothing.
+
+The action writes into a scratch folder beside the output; only a complete result is
+renamed into place, so a failed build leaves the output folder as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..framework.actions import ActionError, ActionRequest, SpecialisedKernel, action_named
+from ..framework.backend import Backend
+from ..framework.registry import registry
+from ..ir.types import ArrayType, ConstexprType, ScalarType, Type
+from ..lang.kernel import Kernel
+
+_C_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def library_name(stem: str) -> str:
+    """A C identifier from a module's file name (`my-kernels` -> `my_kernels`)."""
+    name = re.sub(r"\W", "_", stem)
+    return f"_{name}" if name[:1].isdigit() else name
+
+
+def target_backend(target: str) -> Backend:
+    try:
+        return registry.get(target).backend
+    except KeyError as exc:
+        raise ActionError(exc.args[0]) from None
+
+
+def hinted_types(kernel: Kernel) -> tuple[Type, ...]:
+    """The kernel's annotations, when they give every parameter a type or value."""
+    missing = [name for name, t in kernel.signature
+               if t is None or (isinstance(t, ConstexprType) and t.value is None)]
+    if missing:
+        raise ActionError(
+            f"{kernel.name}: parameters {', '.join(missing)} have no type hint or constexpr "
+            f"value; give them with --kernel {kernel.name}:TYPES, e.g. "
+            f"--kernel {kernel.name}:f32[:],f32[:],i32")
+    return tuple(t for _, t in kernel.signature)  # type: ignore[misc]
+
+
+def specialise(kernel: Kernel, types: Sequence[Type], backend: Backend) -> SpecialisedKernel:
+    """The kernel lowered by the target's pipeline for `types` (its hints when empty)."""
+    arg_types = tuple(types) or hinted_types(kernel)
+    names = tuple(name for name, _ in kernel.signature)
+    if len(arg_types) != len(names):
+        raise ActionError(f"{kernel.name} has {len(names)} parameter(s) ({', '.join(names)}), "
+                          f"{len(arg_types)} type(s) given")
+    for name, t in zip(names, arg_types):
+        plain = t.elem if isinstance(t, ArrayType) else t
+        if not isinstance(plain, (ScalarType, ConstexprType)):
+            raise ActionError(f"{kernel.name}: parameter {name} is {t}; library entry points "
+                              "take arrays of scalars, scalars and constexpr values")
+    program = kernel.program(arg_types)
+    for stage in backend.pipeline(None):
+        program = stage(program)
+    return SpecialisedKernel(kernel.name, arg_types, names, program, kernel.options)
+
+
+def build(kernels: Sequence[tuple[Kernel, Sequence[Type]]], *, target: str, out: Path | str,
+          name: str, emit: str = "library", architectures: Sequence[str] = (),
+          settings: dict[str, Any] | None = None) -> list[Path]:
+    """Run action `emit` for `target` on the kernels (each with its types, or () for its
+    hints); returns the files written into `out`."""
+    if not _C_NAME.match(name):
+        raise ActionError(f"library name {name!r} is not a C identifier (use --name)")
+    if not kernels:
+        raise ActionError("no kernels to build")
+    action = action_named(emit)
+    if target not in action.targets:
+        raise ActionError(f"the {emit} action has no target {target!r} "
+                          f"(targets: {', '.join(sorted(action.targets))})")
+    backend = target_backend(target)
+    specialised = [specialise(k, types, backend) for k, types in kernels]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.kiln-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    scratch.chmod(0o777 & ~umask)  # mkdtemp's folder is private; the result is not
+    try:
+        action.run(ActionRequest(name, target, specialised, scratch, tuple(architectures),
+                                 dict(settings or {})))
+        return _move_into(scratch, out)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _move_into(scratch: Path, out: Path) -> list[Path]:
+    """The finished files into `out`: the folder renamed into place when `out` does not
+    exist yet, else each file replaced (each replacement is atomic)."""
+    names = sorted(p.name for p in scratch.iterdir())
+    if not out.exists():
+        os.rename(scratch, out)
+    else:
+        for n in names:
+            os.replace(scratch / n, out / n)
+    return [out / n for n in names]

@@ -1,0 +1,231 @@
+"""`kiln.load_library(DIR)`: Python callables that launch through a built library.
+
+Only the manifest and `libNAME.so` are read: no frontend, no compiler, no backend. Array
+arguments are `LibraryArray`s (memory of the library's context) or NumPy arrays, which
+are copied in, and back out when the kernel writes them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..ir.types import SCALAR_BY_NAME, ScalarType, fits
+from ..lang.errors import LaunchError
+
+CTYPES: dict[str, Any] = {
+    "bool_": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
+    "i64": ctypes.c_int64, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16,
+    "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "f16": ctypes.c_uint16,
+    "bf16": ctypes.c_uint16, "f32": ctypes.c_float, "f64": ctypes.c_double,
+}
+"""ctypes for scalars by element type; f16 and bf16 travel as their bits."""
+
+
+class LibraryError(RuntimeError):
+    """A library call failed; the message is the library's own (`NAME_error_string`)."""
+
+
+class Dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint32), ("y", ctypes.c_uint32), ("z", ctypes.c_uint32)]
+
+
+def dim3(value: int | Sequence[int], what: str) -> Dim3:
+    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) and d >= 1
+                                          for d in dims):
+        raise LaunchError(f"{what} must be 1 to 3 positive integers, got {value!r}")
+    return Dim3(*(int(d) for d in (*dims, 1, 1)[:3]))
+
+
+class LibraryArray:
+    """An array in a library context's device memory (freed with the object)."""
+
+    def __init__(self, library: Library, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.library, self.shape, self.dtype = library, shape, np.dtype(dtype)
+        self.nbytes = int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize
+        self.ndim = len(shape)
+        self.ptr: int = library._alloc(self.nbytes)
+
+    def copy_to_host(self, out: np.ndarray | None = None) -> np.ndarray:
+        """Wait for the launches before it and return the contents."""
+        host = np.empty(self.shape, self.dtype) if out is None else out
+        self.library._call("copy_to_host", host.ctypes.data, self.ptr, self.nbytes)
+        return host
+
+    def __del__(self) -> None:
+        if getattr(self, "ptr", None) and self.library._ctx:
+            self.library._fn("free")(self.library._ctx, self.ptr)
+
+
+class EntryPoint:
+    """One launch function: `entry(grid, block, *args)` in the kernel's parameter order
+    (constexpr parameters are built in and not passed)."""
+
+    def __init__(self, library: Library, spec: dict[str, Any]) -> None:
+        self.library, self.spec = library, spec
+        self.name = spec["kernel"]
+        self.params = [p for p in spec["parameters"] if p["kind"] != "constexpr"]
+        self.function = getattr(library._lib, spec["c_name"])
+        argtypes = [ctypes.c_void_p, Dim3, Dim3]
+        for p in spec["c_parameters"]:
+            argtypes.append(ctypes.c_void_p if p["role"] == "pointer" else
+                            ctypes.c_int32 if p["role"] == "extent" else CTYPES[p["element_type"]])
+        self.function.argtypes = argtypes
+        self.function.restype = ctypes.c_int
+
+    def __repr__(self) -> str:
+        return f"<kiln library entry {self.spec['c_name']}{tuple(self.spec['specialisation'])}>"
+
+    def __call__(self, grid: int | Sequence[int], block: int | Sequence[int], *args: Any) -> None:
+        if len(args) != len(self.params):
+            names = ", ".join(p["name"] for p in self.params)
+            raise LaunchError(f"{self.name} takes {len(self.params)} argument(s) ({names}), "
+                              f"got {len(args)}")
+        values: list[Any] = []
+        arrays: list[LibraryArray] = []  # alive until the launch was made
+        copy_back: list[tuple[np.ndarray, LibraryArray]] = []
+        for position, (p, value) in enumerate(zip(self.params, args)):
+            where = f"argument '{p['name']}' (#{position + 1}) of {self.name}"
+            if p["kind"] == "array":
+                array = self._array(where, p, value, copy_back)
+                arrays.append(array)
+                values += [array.ptr, *array.shape]
+            else:
+                values.append(_scalar(where, SCALAR_BY_NAME[p["element_type"]], value))
+        self.library._status(self.function(self.library._ctx, dim3(grid, "grid"),
+                                           dim3(block, "block"), *values))
+        for host, device in copy_back:
+            device.copy_to_host(host)
+
+    def _array(self, where: str, p: dict[str, Any], value: Any,
+               copy_back: list[tuple[np.ndarray, LibraryArray]]) -> LibraryArray:
+        elem = SCALAR_BY_NAME[p["element_type"]]
+        if not isinstance(value, (LibraryArray, np.ndarray)):
+            raise LaunchError(f"{where}: expected a {p['ndim']}-d {elem.dtype.name} array "
+                              f"(NumPy or library memory), got {type(value).__name__}")
+        if value.dtype != elem.dtype or value.ndim != p["ndim"]:
+            raise LaunchError(f"{where}: expected a {p['ndim']}-d {elem.dtype.name} array, got "
+                              f"a {value.ndim}-d {value.dtype.name} one")
+        if isinstance(value, LibraryArray):
+            if value.library is not self.library:
+                raise LaunchError(f"{where}: the array belongs to another library context")
+            return value
+        if not value.flags.c_contiguous:
+            raise LaunchError(f"{where}: the array is not C-contiguous (np.ascontiguousarray)")
+        device = self.library.to_device(value)
+        if p.get("written"):
+            copy_back.append((value, device))
+        return device
+
+
+def _scalar(where: str, t: ScalarType, value: Any) -> Any:
+    number = value.item() if isinstance(value, np.generic) else value
+    if not isinstance(number, (bool, int, float)):
+        raise LaunchError(f"{where}: expected a scalar {t}, got {type(value).__name__}")
+    if t.is_int and isinstance(number, float):
+        raise LaunchError(f"{where}: expected an integer {t}, got {value!r}")
+    if not t.is_bool and not fits(number, t):
+        lo, hi = t.range()
+        raise LaunchError(f"{where}: {value!r} does not fit {t} (range {lo}..{hi})")
+    converted = np.asarray(number, dtype=t.dtype)
+    return int(converted.view(np.uint16)) if t.name in ("f16", "bf16") else converted.item()
+
+
+class Library:
+    """A built library loaded with one context on one device."""
+
+    def __init__(self, folder: Path, manifest: dict[str, Any], device: int) -> None:
+        self.folder, self.manifest = folder, manifest
+        self.prefix: str = manifest["prefix"]
+        self.target: str = manifest["target"]
+        self._lib = ctypes.CDLL(str(folder / manifest["library"]))
+        self._setup()
+        ctx = ctypes.c_void_p()
+        self._status(self._fn("context_create")(ctypes.byref(ctx), device))
+        self._ctx = ctx.value
+        self.entry_points = {e["c_name"].removeprefix(f"{self.prefix}_"): EntryPoint(self, e)
+                             for e in manifest["entry_points"]}
+
+    def _setup(self) -> None:
+        size, ptr, ctx = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p
+        signatures: dict[str, tuple[Any, list[Any]]] = {
+            "error_string": (ctypes.c_char_p, []),
+            "context_create": (ctypes.c_int, [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]),
+            "context_destroy": (None, [ctx]),
+            "synchronize": (ctypes.c_int, [ctx]),
+            "alloc": (ptr, [ctx, size]),
+            "free": (ctypes.c_int, [ctx, ptr]),
+            "copy_to_device": (ctypes.c_int, [ctx, ptr, ptr, size]),
+            "copy_to_host": (ctypes.c_int, [ctx, ptr, ptr, size]),
+        }
+        for name, (restype, argtypes) in signatures.items():
+            fn = self._fn(name)
+            fn.restype, fn.argtypes = restype, argtypes
+
+    def __getattr__(self, name: str) -> EntryPoint:
+        entries = self.__dict__.get("entry_points", {})
+        if name in entries:
+            return entries[name]
+        raise AttributeError(f"library {self.__dict__.get('prefix')} has no entry point "
+                             f"{name!r} (entry points: {', '.join(entries)})")
+
+    def _fn(self, name: str) -> Any:
+        """The library's function `PREFIX_name` (one ctypes object, with its argtypes)."""
+        return getattr(self._lib, f"{self.prefix}_{name}")
+
+    def _status(self, status: int) -> None:
+        if status != 0:
+            message = self._fn("error_string")().decode(errors="replace")
+            raise LibraryError(message or f"status {status}")
+
+    def _call(self, name: str, *args: Any) -> None:
+        self._status(self._fn(name)(self._ctx, *args))
+
+    def _alloc(self, nbytes: int) -> int:
+        ptr = self._fn("alloc")(self._ctx, nbytes)
+        if not ptr:
+            self._status(3)
+        return int(ptr)
+
+    def empty(self, shape: int | Sequence[int], dtype: Any) -> LibraryArray:
+        return LibraryArray(self, (shape,) if isinstance(shape, int) else tuple(shape), dtype)
+
+    def to_device(self, array: np.ndarray) -> LibraryArray:
+        host = np.ascontiguousarray(array)
+        device = LibraryArray(self, host.shape, host.dtype)
+        self._call("copy_to_device", device.ptr, host.ctypes.data, host.nbytes)
+        return device
+
+    def synchronize(self) -> None:
+        self._call("synchronize")
+
+    def close(self) -> None:
+        """Release the context (arrays still alive must not be used afterwards)."""
+        if self._ctx:
+            self._fn("context_destroy")(self._ctx)
+            self._ctx = None
+
+    def __del__(self) -> None:
+        if getattr(self, "_ctx", None):
+            self.close()
+
+
+def load_library(folder: str | Path, device: int = 0, name: str | None = None) -> Library:
+    """Load `folder/NAME.json` and `libNAME.so` (NAME: the only manifest there, or `name`)
+    with a context on device number `device`."""
+    path = Path(folder)
+    manifests = [path / f"{name}.json"] if name else sorted(path.glob("*.json"))
+    if len(manifests) != 1 or not manifests[0].is_file():
+        found = ", ".join(m.name for m in manifests) or "none"
+        raise FileNotFoundError(f"{path}: expected one kiln manifest NAME.json (found: {found}); "
+                                "pass name= to choose")
+    manifest = json.loads(manifests[0].read_text())
+    if manifest.get("action") != "library":
+        raise ValueError(f"{manifests[0]} is not the manifest of a kiln library")
+    return Library(path, manifest, device)

@@ -1,0 +1,245 @@
+"""The cpu target of the `library` action: the generated C and OpenMP in `libNAME.so`.
+
+The cpu backend compiles the block shape in as a constant (`emitter.py`). The library
+keeps that for the shapes asked for (`--block`, default 256x1x1) and adds one variant per
+kernel that reads the shape at run time (C99 variable-length per-thread arrays), so every
+launch works and the common shapes run at the JIT's speed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ...codegen.library import LibraryTarget
+from ...codegen.library.entries import EntryPoint
+from ...codegen.library.glue import api_macro, common_source, launch_functions
+from ...framework.actions import ActionError
+from ...framework.backend import Dim3
+from ...framework.buildenv import BuildEnv, ToolNotFoundError
+from .backend import MAX_THREADS_PER_BLOCK, SMALL_LAUNCH, CpuBackend
+from .emitter import BLOCK_DIMS, SLOT
+from .toolchain import toolchain
+
+DEFAULT_BLOCKS: tuple[Dim3, ...] = ((256, 1, 1),)
+LINK_FLAGS = ("-Wl,--no-undefined", "-lm", "-lpthread")
+
+RUNTIME = """\
+#include <omp.h>
+#include <pthread.h>
+
+struct {lib}_context {{ int num_threads; }};
+
+/* The block shape the run-time variants read (kiln_block_dim_x... in their source). */
+int32_t kiln_lib_block[3];
+static pthread_mutex_t kiln_lib_block_lock = PTHREAD_MUTEX_INITIALIZER;
+
+typedef void (*kiln_entry_fn)(const unsigned char *);
+typedef struct {{ uint32_t x, y, z; kiln_entry_fn entry; }} kiln_variant;
+
+{api} int {lib}_device_count(void) {{ return 1; }}
+
+{api} int {lib}_context_create({lib}_context **ctx, int device) {{
+    if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "context_create: ctx is NULL");
+    *ctx = NULL;
+    if (device != 0)
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "context_create: the cpu target has one device, 0 (asked for %d)",
+                         device);
+    {lib}_context *c = calloc(1, sizeof *c);
+    if (!c) return kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "context_create: out of memory");
+    c->num_threads = omp_get_max_threads();
+    *ctx = c;
+    return {LIB}_SUCCESS;
+}}
+
+{api} void {lib}_context_destroy({lib}_context *ctx) {{ free(ctx); }}
+
+/* Launches run to completion before they return. */
+{api} int {lib}_synchronize({lib}_context *ctx) {{
+    return ctx ? {LIB}_SUCCESS
+               : kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "synchronize: the context is NULL");
+}}
+
+{api} void *{lib}_alloc({lib}_context *ctx, size_t nbytes) {{
+    (void)ctx;
+    size_t rounded = (nbytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (!p) kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: %zu bytes: out of memory", nbytes);
+    return p;
+}}
+
+{api} int {lib}_free({lib}_context *ctx, void *device_ptr) {{
+    (void)ctx;
+    free(device_ptr);
+    return {LIB}_SUCCESS;
+}}
+
+static int kiln_copy(void *dst, const void *src, size_t nbytes) {{
+    if (nbytes && (!dst || !src))
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "copy of %zu bytes with a NULL pointer",
+                         nbytes);
+    if (nbytes) memmove(dst, src, nbytes);
+    return {LIB}_SUCCESS;
+}}
+
+{api} int {lib}_copy_to_device({lib}_context *ctx, void *device_dst, const void *host_src,
+                          size_t nbytes) {{
+    (void)ctx;
+    return kiln_copy(device_dst, host_src, nbytes);
+}}
+
+{api} int {lib}_copy_to_host({lib}_context *ctx, void *host_dst, const void *device_src,
+                          size_t nbytes) {{
+    (void)ctx;
+    return kiln_copy(host_dst, device_src, nbytes);
+}}
+
+{api} int {lib}_copy_device_to_device({lib}_context *ctx, void *device_dst,
+                                  const void *device_src, size_t nbytes) {{
+    (void)ctx;
+    return kiln_copy(device_dst, device_src, nbytes);
+}}
+
+/* OpenMP threads for one launch: no more than blocks, one for a small launch. */
+static int32_t kiln_team(const {lib}_context *ctx, {lib}_dim3 grid, {lib}_dim3 block) {{
+    uint64_t blocks = (uint64_t)grid.x * grid.y * grid.z;
+    if (blocks * block.x * block.y * block.z < {small_launch}) return 1;
+    return blocks < (uint64_t)ctx->num_threads ? (int32_t)blocks : ctx->num_threads;
+}}
+
+/* The variant compiled for `block`, else the run-time one under the block-shape lock. */
+static int kiln_run(const kiln_variant *variants, int count, kiln_entry_fn any,
+                    {lib}_dim3 block, const unsigned char *slots) {{
+    for (int k = 0; k < count; k++) {{
+        if (variants[k].x == block.x && variants[k].y == block.y && variants[k].z == block.z) {{
+            variants[k].entry(slots);
+            return {LIB}_SUCCESS;
+        }}
+    }}
+    pthread_mutex_lock(&kiln_lib_block_lock);
+    kiln_lib_block[0] = (int32_t)block.x;
+    kiln_lib_block[1] = (int32_t)block.y;
+    kiln_lib_block[2] = (int32_t)block.z;
+    any(slots);
+    pthread_mutex_unlock(&kiln_lib_block_lock);
+    return {LIB}_SUCCESS;
+}}
+"""
+
+
+def block_label(block: Dim3) -> str:
+    return "x".join(str(n) for n in block)
+
+
+class CpuLibrary(LibraryTarget):
+    name = "cpu"
+    notes = (
+        "cpu target: the device is this machine's cores (OpenMP; OMP_NUM_THREADS applies),",
+        "its memory is host memory: {lib}_alloc is an aligned malloc and the copies are",
+        "memmove, so a plain host pointer works as a device pointer too. Launches run to",
+        "completion before they return.",
+    )
+
+    def __init__(self, backend: CpuBackend) -> None:
+        self.backend = backend
+
+    def architectures(self, requested: Sequence[str]) -> tuple[str, ...]:
+        """`-march` values (default `native`: the build machine's CPU)."""
+        try:
+            tc = toolchain()
+        except ToolNotFoundError as exc:
+            raise ActionError(f"the cpu target needs a C compiler with OpenMP: {exc}") from None
+        archs = tuple(requested) or ("native",)
+        if len(archs) != 1:
+            raise ActionError("the cpu target builds for one --arch (a gcc -march value)")
+        check = subprocess.run([*tc.env.compiler, f"-march={archs[0]}", "-x", "c", "-E", "-"],
+                               input="", capture_output=True, text=True)
+        if check.returncode != 0:
+            raise ActionError(f"unknown cpu architecture {archs[0]!r} for "
+                              f"{tc.env.compiler[0]} (a -march value, e.g. native, x86-64-v3)")
+        return archs
+
+    def build(self, lib: str, entries: Sequence[EntryPoint], architectures: tuple[str, ...],
+              settings: dict[str, Any], work: Path, out: Path) -> dict[str, Any]:
+        blocks: tuple[Dim3, ...] = tuple(settings.get("blocks") or DEFAULT_BLOCKS)
+        sources = [(self.backend.build_env(), self._host_source(lib, entries, blocks))]
+        for e in entries:
+            kernel = self.backend.generate_source(e.kernel.program)
+            env = self.backend.build_env(e.kernel.options)
+            sources += [(env, _variant(kernel, e.index, block)) for block in (*blocks, None)]
+        objects = [self._compile_object(env, text, work / f"{lib}_{i}", architectures[0], out)
+                   for i, (env, text) in enumerate(sources)]
+        self._link(lib, objects, out)
+        return {"block_shapes": [list(b) for b in blocks],
+                "note": "launches with other block shapes read the shape at run time"}
+
+    def _host_source(self, lib: str, entries: Sequence[EntryPoint],
+                     blocks: tuple[Dim3, ...]) -> str:
+        fmt = {"lib": lib, "LIB": lib.upper(), "api": api_macro(lib),
+               "small_launch": SMALL_LAUNCH}
+        parts = [common_source(lib, "cpu"), RUNTIME.format(**fmt)]
+        for e in entries:
+            names = [_entry_symbol(e.index, b) for b in (*blocks, None)]
+            parts.append("".join(f"void {n}(const unsigned char *);\n" for n in names))
+            rows = ", ".join(f"{{{b[0]}, {b[1]}, {b[2]}, {n}}}" for b, n in zip(blocks, names))
+            parts.append(f"static const kiln_variant kiln_variants_{e.index}[] = {{{rows}}};\n")
+        parts.append(launch_functions(lib, entries, str(MAX_THREADS_PER_BLOCK),
+                                      lambda e: _launch_body(e, len(blocks))))
+        return "\n".join(parts)
+
+    def _compile_object(self, env: BuildEnv, text: str, stem: Path, arch: str,
+                        out: Path) -> str:
+        """One translation unit to an object file, for `-march=arch`."""
+        (source := stem.with_suffix(".c")).write_text(text)
+        flags = [f if not f.startswith("-march=") else f"-march={arch}" for f in env.flags]
+        obj = str(stem.with_suffix(".o"))
+        _run([*env.compiler, *flags, "-fvisibility=hidden", f"-I{out}", "-c", str(source),
+              "-o", obj], f"compiling {source.name}")
+        return obj
+
+    def _link(self, lib: str, objects: list[str], out: Path) -> None:
+        env = toolchain().env
+        _run([*env.compiler, *env.flags, *LINK_FLAGS, f"-Wl,-soname,lib{lib}.so", *objects,
+              "-o", str(out / f"lib{lib}.so")], f"linking lib{lib}.so")
+
+
+def _run(cmd: list[str], what: str) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        log = (result.stderr or result.stdout).strip()
+        raise ActionError(f"{what} failed ({' '.join(cmd)}):\n{log}")
+
+
+def _entry_symbol(index: int, block: Dim3 | None) -> str:
+    return f"kiln_entry_{index}_" + (block_label(block) if block else "any")
+
+
+def _variant(kernel_source: str, index: int, block: Dim3 | None) -> str:
+    """One kernel's translation unit, for one block shape or (None) any."""
+    lines = ["#include <stdint.h>"]
+    if block is None:
+        lines.append("extern int32_t kiln_lib_block[3];")
+        lines += [f"#define {name} (kiln_lib_block[{k}])" for k, name in enumerate(BLOCK_DIMS)]
+    else:
+        lines += [f"#define {name} {n}" for name, n in zip(BLOCK_DIMS, block)]
+    lines.append(f"#define kiln_entry {_entry_symbol(index, block)}")
+    return "\n".join(lines) + "\n" + kernel_source
+
+
+def _launch_body(e: EntryPoint, variants: int) -> str:
+    """Pack the launch slots (`backend.launch_format`) and run the matching variant."""
+    count = len(e.params)
+    lines = [f"    unsigned char kiln_slots[{(count + 4) * SLOT}] = {{0}};"]
+    for slot, p in enumerate(e.params):
+        lines.append(f"    memcpy(kiln_slots + {slot * SLOT}, &{p.name}, sizeof {p.name});")
+    lines.append("    const int32_t kiln_launch[4] = {(int32_t)grid.x, (int32_t)grid.y, "
+                 "(int32_t)grid.z, kiln_team(ctx, grid, block)};")
+    lines.append("    for (int k = 0; k < 4; k++)")
+    lines.append(f"        memcpy(kiln_slots + {count * SLOT} + {SLOT} * k, &kiln_launch[k], "
+                 "sizeof kiln_launch[k]);")
+    lines.append(f"    return kiln_run(kiln_variants_{e.index}, {variants}, "
+                 f"{_entry_symbol(e.index, None)}, block, kiln_slots);")
+    return "\n".join(lines) + "\n"

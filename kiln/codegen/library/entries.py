@@ -1,0 +1,129 @@
+"""Entry points of a built library: C names and typed C parameters for each kernel
+specialisation, from the kernel ABI every C-like backend shares (`kiln.codegen.abi`)."""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ...framework.actions import ActionError, SpecialisedKernel
+from ...ir.analysis import written_params
+from ...ir.types import (
+    ArrayType,
+    ConstexprType,
+    ScalarType,
+    Type,
+    bf16,
+    bool_,
+    f16,
+    f32,
+    f64,
+    i8,
+    i16,
+    i32,
+    i64,
+    u8,
+    u16,
+    u32,
+    u64,
+)
+from ..abi import AbiParam, kernel_abi
+
+HEADER_TYPES: dict[ScalarType, str] = {
+    bool_: "bool", i8: "int8_t", i16: "int16_t", i32: "int32_t", i64: "int64_t",
+    u8: "uint8_t", u16: "uint16_t", u32: "uint32_t", u64: "uint64_t",
+    f16: "uint16_t", bf16: "uint16_t", f32: "float", f64: "double",
+}
+"""C types in the header: f16 and bf16 travel as their 16 bits (C has no portable half)."""
+
+C_RESERVED = frozenset((
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
+    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
+    "union", "unsigned", "void", "volatile", "while", "bool", "true", "false", "ctx", "grid",
+    "block",
+))
+"""C keywords, and the launch functions' own parameter names."""
+
+Role = Literal["pointer", "extent", "scalar"]
+
+
+@dataclass(frozen=True)
+class CParam:
+    """One parameter of a launch function, after the context, grid and block."""
+
+    name: str
+    ctype: str
+    role: Role
+    abi: AbiParam
+
+    @property
+    def declaration(self) -> str:
+        star = " *" if self.role == "pointer" else " "
+        return f"{self.ctype}{star}{self.name}"
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """One launch function: `c_name(ctx, grid, block, params...)`."""
+
+    index: int
+    c_name: str
+    kernel: SpecialisedKernel
+    params: tuple[CParam, ...]
+    written: frozenset[str]
+
+    def prototype(self, lib: str) -> str:
+        args = [f"{lib}_context *ctx", f"{lib}_dim3 grid", f"{lib}_dim3 block",
+                *(p.declaration for p in self.params)]
+        return f"int {self.c_name}({', '.join(args)})"
+
+
+def c_identifier(name: str) -> str:
+    return f"{name}_" if name in C_RESERVED or keyword.iskeyword(name) else name
+
+
+def signature_suffix(types: Sequence[Type]) -> str:
+    """`f32[:], f32[:, :], i32, constexpr(4)` -> `f32_1d_f32_2d_i32_4`."""
+    parts = []
+    for t in types:
+        if isinstance(t, ArrayType):
+            parts.append(f"{t.elem.name}_{t.ndim}d")
+        elif isinstance(t, ConstexprType):
+            parts.append(re.sub(r"\W+", "_", str(t.value)).strip("_") or "c")
+        else:
+            parts.append(str(t))
+    return "_".join(parts)
+
+
+def entry_points(lib: str, kernels: Sequence[SpecialisedKernel]) -> list[EntryPoint]:
+    """C names (`LIB_KERNEL`, with the signature appended for a kernel built more than
+    once) and parameters for each specialisation."""
+    counts = Counter(k.kernel for k in kernels)
+    out: list[EntryPoint] = []
+    seen: set[str] = set()
+    for index, k in enumerate(kernels):
+        symbol = k.kernel if counts[k.kernel] == 1 else f"{k.kernel}_{signature_suffix(k.types)}"
+        c_name = f"{lib}_{symbol}"
+        if c_name in seen:
+            raise ActionError(f"{k.kernel} is asked for twice with the same types")
+        seen.add(c_name)
+        out.append(EntryPoint(index, c_name, k, c_params(k), frozenset(written_params(k.program))))
+    return out
+
+
+def c_params(k: SpecialisedKernel) -> tuple[CParam, ...]:
+    params = []
+    for a in kernel_abi(k.program):
+        base = c_identifier(a.param)
+        if a.kind == "pointer":
+            params.append(CParam(base, HEADER_TYPES[a.type], "pointer", a))
+        elif a.kind == "dim":
+            params.append(CParam(f"{base}_shape{a.axis}", "int32_t", "extent", a))
+        else:
+            params.append(CParam(base, HEADER_TYPES[a.type], "scalar", a))
+    return tuple(params)

@@ -1,0 +1,133 @@
+"""`NAME.h`: the documented C interface of a library built by the `library` action.
+
+The interface is the same on every target, so a C program written against one target's
+header builds against another's; only the notes on where memory lives differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...ir.types import ConstexprType
+from .entries import EntryPoint
+
+STATUS_CODES = (
+    ("SUCCESS", 0, "the call did what it says"),
+    ("ERROR_INVALID_ARGUMENT", 1, "a NULL context, a bad device index, grid, block or extent"),
+    ("ERROR_UNAVAILABLE", 2, "the driver (CUDA, the OpenCL ICD) or the device is missing"),
+    ("ERROR_OUT_OF_MEMORY", 3, "an allocation failed"),
+    ("ERROR_DEVICE", 4, "the driver failed a build, launch or copy"),
+)
+
+
+def header_text(lib: str, target: str, entries: Sequence[EntryPoint], notes: Sequence[str],
+                version: str) -> str:
+    """The header: types, status codes, context, memory, launches, each with a comment."""
+    guard = f"{lib.upper()}_H"
+    api = f"{lib.upper()}_API"
+    statuses = "\n".join(f"    {lib.upper()}_{name} = {value}, /* {what} */"
+                         for name, value, what in STATUS_CODES)
+    target_notes = "\n".join(f" * {line}".replace("{lib}", lib).rstrip() for line in notes)
+    launches = "\n\n".join(_launch_doc(lib, api, e) for e in entries)
+    return f"""\
+/* {lib}.h: kernels built by kiln {version} (`kiln build --target {target}`).
+ *
+ * Every function returns a status ({lib.upper()}_SUCCESS or an error code; see
+ * {lib}_error_string for the message) unless it says otherwise.
+ *
+ * Launches run in the order they are made, after the copies before them;
+ * {lib}_copy_to_host waits for the launches before it; {lib}_synchronize waits for all.
+ * Arrays are passed as a device pointer ({lib}_alloc) followed by their extents, one
+ * int32_t per dimension, row-major (C order), as the kernel's `a.shape[k]` reads them.
+ * f16 and bf16 values travel as their 16 bits (uint16_t).
+ * A context is used by one thread at a time.
+ *
+{target_notes}
+ */
+#ifndef {guard}
+#define {guard}
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {{
+#endif
+
+#if defined(__GNUC__)
+#define {api} __attribute__((visibility("default")))
+#else
+#define {api}
+#endif
+
+enum {{
+{statuses}
+}};
+
+/* A grid of blocks, or a block of threads: x varies fastest. */
+typedef struct {{ uint32_t x, y, z; }} {lib}_dim3;
+
+/* One device's state: its queue and the kernels loaded on it. */
+typedef struct {lib}_context {lib}_context;
+
+/* This thread's last error message ("" when none): what failed and why. */
+{api} const char *{lib}_error_string(void);
+
+/* How many devices the target has here (0 when its driver is missing). */
+{api} int {lib}_device_count(void);
+
+/* Create a context on device `device` (0 to {lib}_device_count() - 1), loading every
+   kernel; on success *ctx is set, else it is NULL. */
+{api} int {lib}_context_create({lib}_context **ctx, int device);
+
+/* Release the context, its queue and its kernels (not memory still allocated). */
+{api} void {lib}_context_destroy({lib}_context *ctx);
+
+/* Wait until every launch and copy made on the context has finished. */
+{api} int {lib}_synchronize({lib}_context *ctx);
+
+/* Device memory of `nbytes` bytes, or NULL (see {lib}_error_string). */
+{api} void *{lib}_alloc({lib}_context *ctx, size_t nbytes);
+
+/* Release memory from {lib}_alloc (NULL is allowed). */
+{api} int {lib}_free({lib}_context *ctx, void *device_ptr);
+
+/* Copies of `nbytes` bytes; they return once the source may be reused. */
+{api} int {lib}_copy_to_device({lib}_context *ctx, void *device_dst, const void *host_src,
+                          size_t nbytes);
+{api} int {lib}_copy_to_host({lib}_context *ctx, void *host_dst, const void *device_src,
+                          size_t nbytes);
+{api} int {lib}_copy_device_to_device({lib}_context *ctx, void *device_dst,
+                                  const void *device_src, size_t nbytes);
+
+/* ---------------------------------------------------------------- kernels
+ * Each launches `grid` blocks of `block` threads (no more than the device allows per
+ * block) and returns without waiting for the kernel to finish. */
+
+{launches}
+
+#ifdef __cplusplus
+}}
+#endif
+
+#endif /* {guard} */
+"""
+
+
+def _launch_doc(lib: str, api: str, e: EntryPoint) -> str:
+    k = e.kernel
+    given = ", ".join(f"{n}: {t}" for n, t in zip(k.parameters, k.types))
+    lines = [f"/* {k.kernel}({given})"]
+    for p in e.params:
+        if p.role == "pointer":
+            ndim = sum(1 for q in e.params if q.role == "extent" and q.abi.index == p.abi.index)
+            access = "written" if p.abi.param in e.written else "read"
+            lines.append(f" *   {p.name}: device array of {p.ctype} ({ndim}-d, {access})")
+        elif p.role == "scalar":
+            lines.append(f" *   {p.name}: {p.abi.type} value")
+    for name, t in zip(k.parameters, k.types):
+        if isinstance(t, ConstexprType):
+            lines.append(f" *   {name}: built in as {t.value!r}")
+    lines[-1] += " */"
+    return "\n".join(lines) + f"\n{api} {e.prototype(lib)};"

@@ -1,0 +1,236 @@
+"""`kiln build --emit library` end to end: build from kiln/examples.py, compile a C program
+against the header with gcc, run it, compare with NumPy; the manifest; `load_library`;
+errors (exit status 2, nothing half-written)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, backend_entry
+
+import kiln
+from kiln.cli import main
+
+HERE = Path(__file__).resolve().parent / "aot"
+EXAMPLES = REPO / "kiln" / "examples.py"
+
+
+def target_params() -> list:
+    cpu = backend_entry("cpu")
+    return [
+        pytest.param("cpu", marks=pytest.mark.skipif(
+            not cpu.available, reason=f"no C compiler with OpenMP: {cpu.reason}")),
+    ]
+
+
+def build(module: Path, out: Path, *args: str, name: str = "ex") -> None:
+    status = main(["build", str(module), "-o", str(out), "--name", name, *args])
+    assert status == 0
+
+
+def compile_program(source: Path, lib_dir: Path, name: str, exe: Path) -> None:
+    """gcc, strict, against the header; linked to libNAME.so with an rpath."""
+    cmd = ["gcc", "-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", f"-I{lib_dir}",
+           str(source), f"-L{lib_dir}", f"-l{name}", f"-Wl,-rpath,{lib_dir}", "-o", str(exe)]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def run_program(exe: Path, *args: str) -> str:
+    result = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module", params=target_params())
+def examples_library(request, tmp_path_factory) -> tuple[str, Path]:
+    target = request.param
+    out = tmp_path_factory.mktemp(f"lib-{target}") / "ex"
+    build(EXAMPLES, out, "--target", target)
+    return target, out
+
+
+def mandelbrot_reference(h: int, w: int, max_iter: int) -> np.ndarray:
+    out = np.zeros((h, w), np.int32)
+    for y in range(h):
+        for x in range(w):
+            cr = np.float32(-2.0) + np.float32(3.0) * np.float32(x) / np.float32(w)
+            ci = np.float32(-1.5) + np.float32(3.0) * np.float32(y) / np.float32(h)
+            zr = zi = np.float32(0)
+            it = 0
+            for k in range(max_iter):
+                if zr * zr + zi * zi > np.float32(4.0):
+                    break
+                zr, zi = zr * zr - zi * zi + cr, np.float32(2.0) * zr * zi + ci
+                it = k + 1
+            out[y, x] = it
+    return out
+
+
+def test_c_program_runs_the_examples(examples_library, tmp_path) -> None:
+    target, lib = examples_library
+    rng = np.random.default_rng(11)
+    n, m, k, p = 10007, 37, 53, 29
+    a, b = (rng.standard_normal(n, dtype=np.float32) for _ in range(2))
+    ma = rng.standard_normal((m, k), dtype=np.float32)
+    mb = rng.standard_normal((k, p), dtype=np.float32)
+    for name, array in {"a": a, "b": b, "ma": ma, "mb": mb}.items():
+        array.tofile(tmp_path / f"{name}.f32")
+    exe = tmp_path / "client"
+    compile_program(HERE / "examples_client.c", lib, "ex", exe)
+    assert run_program(exe, str(tmp_path)).strip() == "ok"
+
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "add.f32", np.float32), a + b)
+    total = np.fromfile(tmp_path / "sum.f32", np.float32)[0]
+    assert total == pytest.approx(float(a.astype(np.float64).sum()), abs=1e-2)
+    for product in ("mm", "mm_naive"):
+        got = np.fromfile(tmp_path / f"{product}.f32", np.float32).reshape(m, p)
+        np.testing.assert_allclose(got, ma @ mb, rtol=1e-4, atol=1e-4)
+    mandel = np.fromfile(tmp_path / "mandel.i32", np.int32).reshape(48, 64)
+    np.testing.assert_array_equal(mandel, mandelbrot_reference(48, 64, 50))
+
+    errors = (tmp_path / "errors.txt").read_text().splitlines()
+    assert errors[0].startswith("1 vector_add: block (4096, 1, 1) has more than the device's")
+    assert errors[1] == "1 vector_add: argument 'a': extent 0 is -1, not >= 0"
+    assert errors[2].startswith("1 context_create:") and "1000" in errors[2]
+
+
+def test_manifest_describes_every_entry_point(examples_library) -> None:
+    target, lib = examples_library
+    manifest = json.loads((lib / "ex.json").read_text())
+    assert manifest["target"] == target and manifest["kiln_version"] == "0.1.0"
+    assert (manifest["library"], manifest["header"]) == ("libex.so", "ex.h")
+    entries = {e["kernel"]: e for e in manifest["entry_points"]}
+    assert list(entries) == ["vector_add", "block_sum", "matmul_naive", "matmul_tiled",
+                             "matmul_tiled_square", "mandelbrot"]
+    add = entries["vector_add"]
+    assert add["c_name"] == "ex_vector_add"
+    assert add["specialisation"] == ["f32[:]", "f32[:]", "f32[:]", "i32"]
+    assert add["parameters"][2] == {"name": "c", "kind": "array", "element_type": "f32",
+                                    "ndim": 1, "written": True}
+    assert add["parameters"][3] == {"name": "n", "kind": "scalar", "element_type": "i32"}
+    assert [p["name"] for p in entries["matmul_tiled"]["c_parameters"]] == [
+        "a", "a_shape0", "a_shape1", "b", "b_shape0", "b_shape1", "c", "c_shape0", "c_shape1"]
+    header = (lib / "ex.h").read_text()
+    assert "int ex_vector_add(ex_context *ctx, ex_dim3 grid, ex_dim3 block, float *a, " \
+           "int32_t a_shape0, float *b, int32_t b_shape0, float *c, int32_t c_shape0, " \
+           "int32_t n);" in header
+
+
+def test_load_library_launches_through_the_library(examples_library) -> None:
+    _, lib_dir = examples_library
+    lib = kiln.load_library(lib_dir)
+    rng = np.random.default_rng(3)
+    n = 5000
+    a, b = (rng.standard_normal(n, dtype=np.float32) for _ in range(2))
+    c = np.zeros(n, np.float32)
+    lib.vector_add((n + 127) // 128, 128, a, b, c, n)  # NumPy arrays: copied in and back
+    np.testing.assert_array_equal(c, a + b)
+
+    ma = rng.standard_normal((20, 30), dtype=np.float32)
+    mb = rng.standard_normal((30, 10), dtype=np.float32)
+    da, db, dc = lib.to_device(ma), lib.to_device(mb), lib.empty((20, 10), np.float32)
+    lib.matmul_tiled((1, 2), (16, 16), da, db, dc)  # library memory: no copies
+    np.testing.assert_allclose(dc.copy_to_host(), ma @ mb, rtol=1e-4, atol=1e-4)
+
+    with pytest.raises(kiln.LaunchError, match=r"argument 'b' \(#2\) of vector_add: expected "
+                       r"a 1-d float32 array, got a 1-d float64 one"):
+        lib.vector_add(1, 32, a, b.astype(np.float64), c, n)
+    with pytest.raises(kiln.LaunchError, match="argument 'n' .*does not fit i32"):
+        lib.vector_add(1, 32, a, b, c, 2**40)
+    with pytest.raises(kiln.LaunchError, match="vector_add takes 4 argument"):
+        lib.vector_add(1, 32, a, b, c)
+    with pytest.raises(RuntimeError, match="block .* more than the device's"):
+        lib.vector_add(1, 4096, a, b, c, n)
+
+
+@pytest.mark.parametrize("target", target_params())
+def test_c_program_from_the_header_alone_gets_numpys_answers(target, tmp_path) -> None:
+    """The issue's "done when": a C program written from the header and manifest alone
+    (tests/aot/unseen_client.c), built outside the repository against a library of
+    kernels it has not seen (a generic saxpy given types, a constexpr box blur, an atomic
+    histogram), gets NumPy's answers."""
+    work = tmp_path / "outside"
+    work.mkdir()
+    (work / "kernels.py").write_text((HERE / "unseen_kernels.py").read_text())
+    (work / "client.c").write_text((HERE / "unseen_client.c").read_text())
+    build(work / "kernels.py", work / "lib", "--target", target, "--kernel",
+          "saxpy:f32,f32[:],f32[:],f32[:],i32", "--kernel", "box_blur:f64[:, :],f64[:, :],2",
+          "--kernel", "histogram", name="kernels")
+    manifest = json.loads((work / "lib" / "kernels.json").read_text())
+    assert [e["c_name"] for e in manifest["entry_points"]] == [
+        "kernels_saxpy", "kernels_box_blur", "kernels_histogram"]
+    compile_program(work / "client.c", work / "lib", "kernels", work / "client")
+    out = work / "run"
+    out.mkdir()
+    assert run_program(work / "client", str(out)).strip() == "ok"
+
+    x, y, got = (np.fromfile(out / f"{n}.f32", np.float32) for n in ("x", "y", "out"))
+    np.testing.assert_array_equal(got, np.float32(1.5) * x + y)
+    h, w, r = 123, 77, 2
+    src = np.fromfile(out / "src.f64").reshape(h, w)
+    padded, ones = np.pad(src, r), np.pad(np.ones_like(src), r)
+    shifts = [(a, b) for a in range(2 * r + 1) for b in range(2 * r + 1)]
+    total = sum(padded[a:a + h, b:b + w] for a, b in shifts)
+    count = sum(ones[a:a + h, b:b + w] for a, b in shifts)
+    np.testing.assert_allclose(np.fromfile(out / "dst.f64").reshape(h, w), total / count,
+                               rtol=1e-12)
+    data = np.fromfile(out / "data.u8", np.uint8).astype(np.int32)
+    np.testing.assert_array_equal(np.fromfile(out / "bins.i32", np.int32),
+                                  np.bincount(data % 17, minlength=17))
+
+
+BAD_KERNELS = '''
+import kiln
+from kiln import f32, i32
+
+@kiln.kernel
+def generic(x, n):
+    x[0] = n
+
+@kiln.kernel
+def broken(x: f32[:], n: i32):
+    x[0] = undefined_name
+'''
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--kernel", "generic"], "generic: parameters x, n have no type hint"),
+    (["--kernel", "broken"], "undefined_name"),
+    (["--kernel", "generic:f32[:]"], "generic has 2 parameter(s), 1 type(s) given"),
+    (["--kernel", "nothing"], "no kernel 'nothing'"),
+    (["--kernel", "generic:f32[:],i32", "--target", "vulkan"], "has no target 'vulkan'"),
+    (["--kernel", "generic:f32[:],i32", "--emit", "server"], "no action named 'server'"),
+    (["--kernel", "generic:f32[:],i32", "--arch", "not-a-cpu"], "unknown cpu architecture"),
+    (["--kernel", "generic:f32[:],i32", "--name", "bad-name"], "not a C identifier"),
+])
+def test_errors_exit_2_and_leave_nothing(args, message, tmp_path, capsys) -> None:
+    module = tmp_path / "bad.py"
+    module.write_text(BAD_KERNELS)
+    out = tmp_path / "out"
+    target = [] if "--target" in args else ["--target", "cpu"]
+    assert main(["build", str(module), "-o", str(out), *target, *args]) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py"]  # no DIR, no scratch
+
+
+def test_a_failed_rebuild_keeps_the_previous_library(tmp_path) -> None:
+    module = tmp_path / "bad.py"
+    module.write_text(BAD_KERNELS)
+    out = tmp_path / "out"
+    build(module, out, "--target", "cpu", "--kernel", "generic:f32[:],i32", name="lib")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert main(["build", str(module), "-o", str(out), "--name", "lib", "--target", "cpu",
+                 "--kernel", "broken"]) == 2
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py", "out"]
+
+
+def test_build_help_lists_the_actions(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["build", "--help"])
+    assert "library [cpu" in capsys.readouterr().out
