@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ..framework.intrinsics import INDEX_BASES, intrinsics
 
 
@@ -68,6 +70,19 @@ _MATH_ALIASES: dict[Callable[..., Any], str] = {
 for _name in intrinsics.names("math"):
     if hasattr(math, _name):
         _MATH_ALIASES[getattr(math, _name)] = _name
+
+NUMPY_NAMES: dict[str, str] = {
+    "sqrt": "sqrt", "exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2",
+    "log10": "log10", "sin": "sin", "cos": "cos", "tan": "tan", "arcsin": "asin",
+    "arccos": "acos", "arctan": "atan", "arctan2": "atan2", "sinh": "sinh", "cosh": "cosh",
+    "tanh": "tanh", "power": "pow", "abs": "abs", "absolute": "abs", "fabs": "abs",
+    "floor": "floor", "ceil": "ceil", "trunc": "trunc", "rint": "round", "round": "round",
+    "minimum": "min", "maximum": "max", "fmin": "min", "fmax": "max", "isnan": "isnan",
+    "isinf": "isinf", "copysign": "copysign",
+}
+"""NumPy's spellings of the math intrinsics (`np.exp`, `np.arctan2`, `np.minimum`, ...)."""
+for _np_name, _name in NUMPY_NAMES.items():
+    _MATH_ALIASES[getattr(np, _np_name)] = _name
 
 
 def intrinsic_for(obj: Any) -> str | None:

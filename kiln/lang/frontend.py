@@ -21,6 +21,7 @@ from ..ir import nodes as ir
 from ..ir.enums import MemorySpace
 from ..ir.passes.fold import fold_expression
 from ..ir.types import (
+    COMPONENTS,
     SCALAR_BY_DTYPE,
     ArrayType,
     ConstexprType,
@@ -255,6 +256,9 @@ class FunctionBuilder(AggregateBuilder):
         if isinstance(target, ast.Tuple):
             return self.assign_tuple(target, value_node, stmt)
         if isinstance(target, ast.Subscript):
+            component = self.vector_component(target)
+            if component is not None:  # v[1] = e is v.y = e
+                return [self.assign_field(component, self.expr(value_node), stmt)]
             return [self.store(target, self.expr(value_node), stmt)]
         if isinstance(target, ast.Attribute):
             return [self.assign_field(target, self.expr(value_node), stmt)]
@@ -418,6 +422,10 @@ class FunctionBuilder(AggregateBuilder):
             current = self.read_name(node.target)
             result = self.binop(op, current, self.expr(node.value), node)
             return [self.assign_name(name, result, node.target, compound=True)]
+        component = (self.vector_component(node.target)
+                     if isinstance(node.target, ast.Subscript) else None)
+        if component is not None:  # v[1] += e is v.y += e
+            return [self.update_field(component, op, node.value, node)]
         if isinstance(node.target, ast.Subscript):
             out: list[ir.Stmt] = []
             array, indices = self.subscript(node.target)
@@ -783,8 +791,29 @@ class FunctionBuilder(AggregateBuilder):
                 raise ConstantError(f"shape index must be a constant in "
                                     f"0..{array.type.ndim - 1}", self.loc(node.slice))
             return ir.ArrayDim(i32, array, axis % array.type.ndim, loc=self.loc(node))
+        component = self.vector_component(node)
+        if component is not None:  # v[1] is v.y
+            return self.expr(component)
         array, indices = self.subscript(node)
         return ir.Load(array.type.elem, array, indices, loc=self.loc(node))  # type: ignore
+
+    def vector_component(self, node: ast.Subscript) -> ast.Attribute | None:
+        """`v[k]` of a vector `v` as the component access `v.x` / `.y` / `.z` / `.w` it
+        means (None when `v` is not a vector); `k` is a constant, negative from the end."""
+        base_type = self.expr(node.value).type
+        if not isinstance(base_type, VectorType):
+            return None
+        n = base_type.n
+        if isinstance(node.slice, (ast.Tuple, ast.Slice)):
+            raise UnsupportedError(f"a {base_type} is indexed with one constant, not a slice "
+                                   "or a tuple (build a smaller vector from its components)",
+                                   self.loc(node.slice))
+        k = self.constant(node.slice)
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not -n <= k < n:
+            raise ConstantError(f"a {base_type} is indexed with a constant in {-n}..{n - 1} "
+                                f"(or .{', .'.join(COMPONENTS[:n])})", self.loc(node.slice))
+        component = ast.Attribute(value=node.value, attr=COMPONENTS[int(k) % n], ctx=node.ctx)
+        return ast.copy_location(component, node)
 
     def subscript(self, node: ast.Subscript) -> tuple[ir.Var, list[ir.Expr]]:
         base = self.expr(node.value)
@@ -982,6 +1011,11 @@ class FunctionBuilder(AggregateBuilder):
         if isinstance(fn, VectorType):
             return self.vector_call(fn, node)
         name = kb.intrinsic_for(fn)
+        if isinstance(fn, np.ufunc) and name is not None \
+                and (len(node.args) != fn.nin or node.keywords):
+            raise ArityError(f"np.{fn.__name__} takes {fn.nin} argument(s) in kernels (no out= "
+                             f"or other keywords), got {len(node.args) + len(node.keywords)}",
+                             loc)
         if name is not None:
             return self.intrinsic_call(name, node, statement)
         from .kernel import DeviceFunction, Kernel

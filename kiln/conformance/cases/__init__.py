@@ -1,5 +1,16 @@
 """The built-in conformance cases; importing this package registers them, in this order."""
 
-from . import advanced, aggregates, algorithms, arithmetic, atomics, control, host, wide
+from . import (
+    advanced,
+    aggregates,
+    algorithms,
+    arithmetic,
+    atomics,
+    control,
+    host,
+    spellings,
+    wide,
+)
 
-MODULES = (algorithms, arithmetic, control, atomics, advanced, aggregates, wide, host)
+MODULES = (algorithms, arithmetic, control, atomics, advanced, aggregates, wide, host,
+           spellings)

@@ -1,0 +1,72 @@
+"""What a Numba or NumPy user writes without thinking: NumPy's spellings of the math
+intrinsics and casts, and vectors indexed like tuples (`v[1]`, `v[-1]`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import kiln
+from kiln import f32, f32x3, i32, i32x4
+
+from ..checks import assert_close, assert_equal, rng, run
+from ..registry import case
+
+
+@kiln.kernel
+def numpy_math(a: f32[:], out: f32[:, :], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        x = a[i]
+        out[i, 0] = np.exp(x) + np.sqrt(x)
+        out[i, 1] = np.float32(i) * np.log(x + 1.0)
+        out[i, 2] = np.minimum(x, 0.5) + np.maximum(x, 0.25)
+        out[i, 3] = np.arctan2(x, 0.5) + np.absolute(x - 0.5)
+        out[i, 4] = np.power(x, 3.0) + np.floor(x * 7.0) + np.rint(x * 10.0)
+        out[i, 5] = np.float32(np.int32(x * 100.0))
+
+
+@case()
+def numpy_spellings(device):
+    """np.exp, np.sqrt, np.minimum, np.arctan2, np.float32(x), ... are the math intrinsics
+    and casts, with NumPy's answers."""
+    n = 300
+    a = rng(61).random(n, np.float32)
+    out = np.zeros((n, 6), np.float32)
+    run(device, numpy_math, 3, 128, a, out, n)
+    expected = np.stack([
+        np.exp(a) + np.sqrt(a),
+        np.arange(n, dtype=np.float32) * np.log(a + np.float32(1)),
+        np.minimum(a, np.float32(0.5)) + np.maximum(a, np.float32(0.25)),
+        np.arctan2(a, np.float32(0.5)) + np.abs(a - np.float32(0.5)),
+        a ** 3 + np.floor(a * 7) + np.rint(a * 10),
+        (a * 100).astype(np.int32).astype(np.float32),
+    ], axis=1)
+    assert_close(out, expected, "out", rtol=2e-6, atol=1e-6)
+
+
+@kiln.kernel
+def vector_items(vs: f32x3[:], ks: i32x4[:], out: f32[:, :], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        v = vs[i]
+        v[0] = v[1] * 2.0          # v.x = v.y * 2
+        v[-1] += 1.0               # v.z += 1
+        out[i, 0] = v[0] + v[2]
+        out[i, 1] = vs[i][1]       # an element of an array of vectors
+        k = ks[i]
+        out[i, 2] = f32(k[3] - k[0])
+
+
+@case()
+def vector_indexing(device):
+    """v[k] with a constant k (negative from the end) reads and writes a vector's
+    components, as v.x / .y / .z / .w do."""
+    n = 100
+    r = rng(62)
+    vs = r.random((n, 3), np.float32)
+    ks = r.integers(-50, 50, (n, 4)).astype(np.int32)
+    out = np.zeros((n, 3), np.float32)
+    run(device, vector_items, 1, 128, vs, ks, out, n)
+    assert_close(out[:, 0], vs[:, 1] * 2 + vs[:, 2] + 1, "v[0] + v[2]", rtol=1e-6)
+    assert_equal(out[:, 1], vs[:, 1], "vs[i][1]")
+    assert_equal(out[:, 2], (ks[:, 3] - ks[:, 0]).astype(np.float32), "k[3] - k[0]")
