@@ -27,7 +27,7 @@ from ..ir.types import (
     is_aggregate,
 )
 from .errors import ArityError, KernelError, KernelTypeError, UnknownNameError, UnsupportedError
-from .records import field_defaults, kiln_type_of
+from .records import Variant, field_defaults, kiln_type_of
 from .resolve import type_from_object
 from .typing_rules import comparison_type, operand_type
 
@@ -145,8 +145,41 @@ class AggregateBuilder:
                                        f"{', '.join(n for n, _ in t.fields)})", loc)
             return ir.Field(ft, base, name, loc=loc)
         assert isinstance(t, VariantType)
+        if name == "tag":  # which case it holds: its position among the cases
+            return ir.Field(i32, base, "tag", loc=loc)
         raise KernelTypeError(f"a {t} is taken apart with match: `match value: case "
-                              f"{t.cases[0].name}(...):`", loc)
+                              f"{t.cases[0].name}(...):` (its .tag says which case it holds)",
+                              loc)
+
+    def variant_tag_call(self, variant: Variant, node: ast.Call) -> ir.Expr:
+        """`Shape.tag(Rect)` in a kernel: the constant tag of a case, as on the host."""
+        loc = self.loc(node)
+        if len(node.args) != 1 or node.keywords:
+            raise ArityError(f"{variant.name}.tag(case) takes one case class", loc)
+        case = self.resolver.try_resolve(node.args[0])
+        if variant.type.case_index(kiln_type_of(case)) is None:  # type: ignore[arg-type]
+            raise KernelTypeError(f"{variant.name}.tag(...) takes a case of {variant.name} ("
+                                  f"{', '.join(c.name for c in variant.type.cases)})",
+                                  self.loc(node.args[0]))
+        return ir.Const(i32, variant.tag(case), loc=loc)
+
+    def isinstance_call(self, node: ast.Call) -> ir.Expr:
+        """`isinstance(s, Rect)` of a variant value: whether it holds that case."""
+        loc = self.loc(node)
+        if len(node.args) != 2 or node.keywords:
+            raise ArityError("isinstance(value, case) takes two arguments", loc)
+        value = self.expr(node.args[0])
+        if not isinstance(value.type, VariantType):
+            raise UnsupportedError("isinstance() in kernels tests which case a variant value "
+                                   f"holds; this value is a {value.type}", loc)
+        case = kiln_type_of(self.resolver.try_resolve(node.args[1]))
+        index = value.type.case_index(case) if case is not None else None  # type: ignore[arg-type]
+        if index is None:
+            raise KernelTypeError(f"isinstance(..., case) takes a case of {value.type} ("
+                                  f"{', '.join(c.name for c in value.type.cases)})",
+                                  self.loc(node.args[1]))
+        tag = ir.Field(i32, value, "tag", loc=loc)
+        return ir.Compare(bool_, "==", tag, ir.Const(i32, index, loc=loc), loc=loc)
 
     def place(self, node: ast.expr) -> ir.Expr:
         """An assignable record or vector: a local, an array element, or a field of one."""

@@ -51,7 +51,7 @@ from .errors import (
     UnsupportedError,
 )
 from .native import build_native
-from .records import kiln_type_of
+from .records import Variant, kiln_type_of
 from .resolve import StaticResolver, annotation_type
 from .source import ParsedFunction, parse_function
 from .typing_rules import can_store, comparison_type, operand_type, unify
@@ -1003,6 +1003,10 @@ class FunctionBuilder(AggregateBuilder):
         if fn in (kb.shared, kb.local):
             raise UnsupportedError(f"kiln.{fn.name}(...) must be assigned to a name: "
                                    f"s = kiln.{fn.name}(f32, 256)", loc)
+        if fn is isinstance:
+            return self.isinstance_call(node)
+        if isinstance(getattr(fn, "__self__", None), Variant) and fn.__name__ == "tag":
+            return self.variant_tag_call(fn.__self__, node)
         record = kiln_type_of(fn)
         if isinstance(record, StructType):
             return self.construct(record, node)

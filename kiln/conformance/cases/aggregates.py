@@ -353,3 +353,26 @@ def block_arrays_of_records(device: kiln.Device) -> None:
     i = np.arange(n)
     mirrored = i - i % BLOCK + BLOCK - 1 - i % BLOCK
     assert_equal(out, (mirrored + 3 + 7).astype(np.float32), "shared records")
+
+
+@kiln.kernel
+def variant_tags(shapes: Shape[:], out: i32[:, :], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        s = shapes[i]
+        out[i, 0] = s.tag
+        out[i, 1] = i32(s.tag == Shape.tag(Rect))
+        out[i, 2] = i32(isinstance(s, Empty))
+        out[i, 3] = shapes[i].tag * 10
+
+
+@case()
+def variant_tag_reads(device):
+    """A variant's tag read in kernels: s.tag, Shape.tag(Case) as a constant, and
+    isinstance(s, Case), as on the host."""
+    values = [Circle(1.0), Rect(2.0, 3.0), Empty(), Rect(1.0, 1.0), Circle(0.5)]
+    tags = np.array([Shape.tag(type(v)) for v in values], np.int32)
+    out = np.zeros((len(values), 4), np.int32)
+    run(device, variant_tags, 1, 64, Shape.array(values), out, len(values))
+    expected = np.stack([tags, tags == 1, tags == 2, tags * 10], axis=1).astype(np.int32)
+    assert_equal(out, expected, "tags")
