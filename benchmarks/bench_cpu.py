@@ -172,23 +172,23 @@ def main() -> int:
 
     numba_refs = numba_references()
     ms = median_ms(run_add, repeat)
-    assert np.array_equal(c, a + b)
+    assert np.array_equal(dc.numpy(), a + b)
     refs = {"numpy": median_ms(lambda: np.add(a, b, out=c), repeat)}
     if numba_refs:
         refs["numba-parallel"] = median_ms(lambda: numba_refs["add"](a, b, c), repeat)
     row("vector_add", ms, "GB/s", 12 * n / 1e9, refs)
 
-    out = np.zeros(1, np.float32)
-    dout = kiln.to_device(out, dev)
+    zero = np.zeros(1, np.float32)
+    dout = kiln.to_device(zero, dev)
     blocks = n // (BLOCK * 16)
 
     def run_sum() -> None:
-        out[0] = 0
+        dout.copy_from_host(zero)
         block_sum[blocks, BLOCK](da, dout, n)
         dev.synchronize()
 
     ms = median_ms(run_sum, repeat)
-    assert abs(out[0] - a.sum(dtype=np.float64)) < 1e-3 * n
+    assert abs(dout.numpy()[0] - a.sum(dtype=np.float64)) < 1e-3 * n
     refs = {"numpy": median_ms(lambda: a.sum(), repeat)}
     if numba_refs:
         refs["numba-parallel"] = median_ms(lambda: numba_refs["sum"](a), repeat)
@@ -204,7 +204,7 @@ def main() -> int:
         dev.synchronize()
 
     ms = median_ms(run_mm, repeat)
-    assert np.allclose(cm, am @ bm, rtol=1e-4, atol=1e-3)
+    assert np.allclose(dcm.numpy(), am @ bm, rtol=1e-4, atol=1e-3)
     refs = {"numpy-blas": median_ms(lambda: np.matmul(am, bm, out=cm), repeat)}
     for name in ("ikj", "tiled") if numba_refs else ():
         refs[f"numba-{name}"] = median_ms(lambda f=numba_refs[name]: f(am, bm, cm), repeat)
@@ -236,7 +236,7 @@ def main() -> int:
 
     ms = median_ms(run_mandel, max(3, repeat // 3))
     ref = numpy_mandelbrot(h, w, iters)
-    assert (img != ref).mean() < 0.01
+    assert (dimg.numpy() != ref).mean() < 0.01
     row("mandelbrot", ms, "Mpixel/s", h * w / 1e6,
         {"numpy": median_ms(lambda: numpy_mandelbrot(h, w, iters), 1, warmup=0)})
 
