@@ -3,8 +3,10 @@ IR coverage, and the runner behind `kiln check`."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
+import numpy as np
 import pytest
 from rich.console import Console
 
@@ -39,6 +41,8 @@ def test_case(backend: str, case: Case) -> None:
         case.run(device)
     except Skipped as exc:
         pytest.skip(str(exc))
+    except kiln.DeviceFeatureError as exc:
+        pytest.skip(f"the device lacks a feature: {exc.message}")
 
 
 def test_ir_coverage() -> None:
@@ -70,6 +74,25 @@ def _crashing(device: kiln.Device) -> None:
 
 def _skipping(device: kiln.Device) -> None:
     raise Skipped("not today")
+
+
+def _needing_f64(device: kiln.Device) -> None:
+    kiln.launch(uses_f64, 1, 1, (np.zeros(1, np.float32),), device=device)
+
+
+@kiln.kernel
+def uses_f64(a: kiln.f32[:]):
+    a[0] = kiln.f32(kiln.f64(a[0]) * 0.5)
+
+
+def test_device_feature_error_skips(interp: kiln.Device, monkeypatch: pytest.MonkeyPatch
+                                    ) -> None:
+    """A kernel needing what the device's capabilities lack is a skip saying which."""
+    caps = dataclasses.replace(interp.capabilities, fp64=False)
+    monkeypatch.setattr(interp, "capabilities", caps)
+    result = run_case(Case("needs_f64", _needing_f64, ""), interp)
+    assert result.status is Status.SKIPPED
+    assert result.message.startswith("the device lacks a feature: f64 (double precision)")
 
 
 def test_run_case_outcomes(interp: kiln.Device) -> None:

@@ -709,6 +709,17 @@ def f64_atomic(a: kiln.f64[:]):
 
 
 @kiln.kernel
+def uses_i64(a: f32[:], n: i32):
+    k = i64(n) * 3  # error
+    a[0] = f32(k)
+
+
+@kiln.kernel
+def bool_array(flags: kiln.bool_[:]):  # error
+    flags[0] = True
+
+
+@kiln.kernel
 def big_shared(a: f32[:]):
     s = kiln.shared(f32, (16, 17))
     s[0, 0] = a[0]
@@ -718,6 +729,9 @@ FEATURES = [
     (uses_f64, caps(fp64=False), "f64 (double precision)"),
     (uses_f16, caps(fp16=False), "f16 (half precision)"),
     (f64_atomic, caps(), "atomic_add on f64 elements"),
+    (uses_i64, caps(scalar_types=frozenset({"i32", "f32"})), "i64 values"),
+    (bool_array, caps(storage_types=frozenset({"i32", "f32"})),
+     "arrays of bool_ in device memory"),
 ]
 
 
@@ -740,7 +754,7 @@ def test_shared_memory_limit() -> None:
 
 
 def test_supported_features_pass() -> None:
-    for kernel in (uses_f64, uses_f16, f64_atomic):
+    for kernel in (uses_f64, uses_f16, f64_atomic, uses_i64, bool_array):
         program = kernel.program(tuple(t for _, t in kernel.signature))
         full = caps(atomics=atomic_capabilities())
         assert device_feature_check(full)(program) is program

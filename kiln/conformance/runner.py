@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from ..lang.errors import DeviceFeatureError
 from ..runtime.device import Device
 from ..runtime.selection import device as resolve_device
 from .registry import Case, Skipped, all_cases
@@ -79,7 +80,8 @@ def selected(select: str | None) -> list[Case]:
 
 
 def run_case(c: Case, device: Device) -> CaseResult:
-    """Run one case; any exception but Skipped is a failure, described in the message."""
+    """Run one case; any exception but Skipped (or a DeviceFeatureError: the device lacks a
+    capability a kernel needs) is a failure, described in the message."""
     reason = c.skip_reason(device.capabilities)
     if reason:
         return CaseResult(c.name, Status.SKIPPED, 0.0, reason)
@@ -88,6 +90,9 @@ def run_case(c: Case, device: Device) -> CaseResult:
         c.run(device)
     except Skipped as exc:
         return CaseResult(c.name, Status.SKIPPED, time.perf_counter() - start, str(exc))
+    except DeviceFeatureError as exc:  # the device's capabilities lack what a kernel needs
+        return CaseResult(c.name, Status.SKIPPED, time.perf_counter() - start,
+                          f"the device lacks a feature: {exc.message}")
     except AssertionError as exc:
         message = str(exc) or "assertion failed"
         return CaseResult(c.name, Status.FAILED, time.perf_counter() - start, message)

@@ -82,6 +82,12 @@ class Capabilities:
     memory_spaces: frozenset[MemorySpace] = frozenset(
         (MemorySpace.GLOBAL, MemorySpace.SHARED, MemorySpace.LOCAL))
     """Where kernels may place arrays; a plugin adds the spaces it registers."""
+    scalar_types: frozenset[str] | None = None
+    """Names of the scalar types kernels may compute with (`"i64"`, ...); None: every type.
+    A target without 64-bit or 8/16-bit integers (WebGPU) lists what it has."""
+    storage_types: frozenset[str] | None = None
+    """Element types an array in device memory may have; None: every type of
+    `scalar_types` (WebGPU stores no bool or 8/16-bit integer arrays)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +107,10 @@ class Capabilities:
             "unified memory": self.unified_memory,
             "memory spaces": ", ".join(sorted(repr(s).split(".", 1)[1].lower()
                                               for s in self.memory_spaces)),
+            **({} if self.scalar_types is None
+               else {"scalar types": ", ".join(sorted(self.scalar_types))}),
+            **({} if self.storage_types is None
+               else {"array element types": ", ".join(sorted(self.storage_types))}),
         }
 
 

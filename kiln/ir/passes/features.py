@@ -58,6 +58,8 @@ class _FeatureCheck:
             for t in [*(p.type for p in func.params), *func.locals.values()]:
                 self.scalar(t, func.loc)
                 self.space(t, func.loc)
+            for p in func.params:
+                self.storage(p.type, func.loc)
         self.shared_memory(program.kernel)
 
     def scalar(self, t: Type, loc: ir.Loc | None) -> None:
@@ -68,6 +70,16 @@ class _FeatureCheck:
             self.fail("f16 (half precision)", loc)
         if elem == bf16 and not self.caps.bf16:
             self.fail("bf16 (bfloat16)", loc)
+        if elem is not None and self.caps.scalar_types is not None \
+                and elem.name not in self.caps.scalar_types:
+            self.fail(f"{elem} values", loc)
+
+    def storage(self, t: Type, loc: ir.Loc | None) -> None:
+        """Arrays in device memory of an element type the device cannot store."""
+        stored = self.caps.storage_types
+        if isinstance(t, ArrayType) and t.space is MemorySpace.GLOBAL and stored is not None \
+                and t.elem.name not in stored:
+            self.fail(f"arrays of {t.elem} in device memory", loc)
 
     def space(self, t: Type, loc: ir.Loc | None) -> None:
         if isinstance(t, ArrayType) and t.space not in self.caps.memory_spaces:
