@@ -40,6 +40,8 @@ echo "== environment"
 E2E="vector_add,reduce,matmul,transpose,stencil"
 step pytest 300 $PY -m pytest -q -ra -p no:cacheprovider tests/test_cuda_codegen.py \
     tests/test_cuda_gpu.py tests/test_cuda_interop.py tests/test_vector_access.py
+# kiln build --target cuda: a C program against the built library, compared with NumPy
+step aot 240 $PY -m pytest -q -ra -p no:cacheprovider tests/test_aot.py -k cuda
 step check 300 $PY -m kiln check cuda
 step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
     $PY -m kiln check cuda -k "$E2E"

@@ -4,8 +4,12 @@ errors (exit status 2, nothing half-written)."""
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +23,39 @@ HERE = Path(__file__).resolve().parent / "aot"
 EXAMPLES = REPO / "kiln" / "examples.py"
 
 
+def opencl_loader_missing() -> str:
+    """Why a C program cannot use OpenCL here ("" when it can)."""
+    entry = backend_entry("opencl")
+    if not entry.available:
+        return f"the opencl backend is unavailable: {entry.reason}"
+    try:
+        ctypes.CDLL("libOpenCL.so.1")
+    except OSError:
+        return "no system OpenCL ICD loader (libOpenCL.so.1; Debian: ocl-icd-libopencl1)"
+    return ""
+
+
+def nvrtc_missing() -> str:
+    try:
+        from kiln.backends.cuda import nvrtc
+
+        nvrtc.version()
+    except (ImportError, RuntimeError, OSError) as exc:
+        return f"no NVRTC (pip install 'kiln[cuda]'): {exc}"
+    return ""
+
+
 def target_params() -> list:
-    cpu = backend_entry("cpu")
+    """cpu and opencl (PoCL) run here and in CI; cuda runs where there is a GPU."""
+    cpu, cuda = backend_entry("cpu"), backend_entry("cuda")
+    missing_cl = opencl_loader_missing()
     return [
         pytest.param("cpu", marks=pytest.mark.skipif(
             not cpu.available, reason=f"no C compiler with OpenMP: {cpu.reason}")),
+        pytest.param("opencl", marks=pytest.mark.skipif(bool(missing_cl), reason=missing_cl)),
+        pytest.param("cuda", marks=pytest.mark.skipif(
+            not cuda.available, reason=f"no CUDA GPU (the cuda library is built and compiled "
+            f"against without one in test_cuda_library_builds_without_a_gpu): {cuda.reason}")),
     ]
 
 
@@ -94,7 +126,7 @@ def test_c_program_runs_the_examples(examples_library, tmp_path) -> None:
     np.testing.assert_array_equal(mandel, mandelbrot_reference(48, 64, 50))
 
     errors = (tmp_path / "errors.txt").read_text().splitlines()
-    assert errors[0].startswith("1 vector_add: block (4096, 1, 1) has more than the device's")
+    assert errors[0].startswith("1 vector_add: block (65536, 1, 1) has more than the device's")
     assert errors[1] == "1 vector_add: argument 'a': extent 0 is -1, not >= 0"
     assert errors[2].startswith("1 context_create:") and "1000" in errors[2]
 
@@ -145,7 +177,7 @@ def test_load_library_launches_through_the_library(examples_library) -> None:
     with pytest.raises(kiln.LaunchError, match="vector_add takes 4 argument"):
         lib.vector_add(1, 32, a, b, c)
     with pytest.raises(RuntimeError, match="block .* more than the device's"):
-        lib.vector_add(1, 4096, a, b, c, n)
+        lib.vector_add(1, 65536, a, b, c, n)
 
 
 @pytest.mark.parametrize("target", target_params())
@@ -233,4 +265,66 @@ def test_a_failed_rebuild_keeps_the_previous_library(tmp_path) -> None:
 def test_build_help_lists_the_actions(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["build", "--help"])
-    assert "library [cpu" in capsys.readouterr().out
+    assert "library [cpu, cuda, opencl]" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(bool(nvrtc_missing()), reason=nvrtc_missing())
+def test_cuda_library_builds_without_a_gpu(tmp_path) -> None:
+    """NVRTC makes the cubins (sm_80 and sm_90) and gcc the host code with no GPU or CUDA
+    headers here; a C program compiles and links against it. Without a driver, creating a
+    context fails with a message saying so (with a GPU, the parametrised tests above run
+    the program)."""
+    out = tmp_path / "lib"
+    build(EXAMPLES, out, "--target", "cuda", "--arch", "sm_90,sm_80")
+    manifest = json.loads((out / "ex.json").read_text())
+    assert manifest["architectures"] == ["sm_90", "sm_80"]
+    library = (out / "libex.so").read_bytes()
+    assert library.count(b"\x7fELF") >= 1 + 2 * len(manifest["entry_points"])  # the cubins
+    needed = subprocess.run(["ldd", str(out / "libex.so")], capture_output=True, text=True)
+    assert "libcuda" not in needed.stdout  # the driver is loaded at run time
+    compile_program(HERE / "examples_client.c", out, "ex", tmp_path / "client")
+    if backend_entry("cuda").available:
+        return
+    result = subprocess.run([str(tmp_path / "client"), str(tmp_path)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.startswith("no device: ")
+
+
+@pytest.mark.skipif(bool(nvrtc_missing()), reason=nvrtc_missing())
+def test_unknown_cuda_architecture_is_refused(tmp_path, capsys) -> None:
+    out = tmp_path / "lib"
+    assert main(["build", str(EXAMPLES), "--target", "cuda", "--arch", "sm_13", "-o",
+                 str(out)]) == 2
+    assert "unknown CUDA architecture 'sm_13' (this NVRTC knows sm_" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def doc_blocks(path: Path) -> list[tuple[str, str, str]]:
+    """(language, label, text) of each fenced block whose info string names a label."""
+    found = re.findall(r"^```(\w+) ([\w.]+)\n(.*?)^```$", path.read_text(), re.M | re.S)
+    return [(lang, label, text) for lang, label, text in found]
+
+
+@pytest.mark.skipif(not backend_entry("cpu").available, reason="the doc builds for cpu")
+def test_the_docs_round_trip_runs(tmp_path) -> None:
+    """docs/aot.md, block by block: the module, `kiln build`, the C program, its output,
+    and the Python check."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    output = None
+    blocks = doc_blocks(REPO / "docs" / "aot.md")
+    assert [label for _, label, _ in blocks] == [
+        "kernels.py", "build", "main.c", "run", "output", "check.py"]
+    for lang, label, text in blocks:
+        if lang in ("python", "c"):
+            (tmp_path / label).write_text(text)
+        if lang == "sh":
+            result = subprocess.run(["bash", "-ec", text], cwd=tmp_path, env=env,
+                                    capture_output=True, text=True, timeout=300)
+            assert result.returncode == 0, result.stdout + result.stderr
+            output = result.stdout
+        if lang == "text":
+            assert output == text
+    result = subprocess.run([sys.executable, "check.py"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr

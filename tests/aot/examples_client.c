@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
     char path[4096];
     snprintf(path, sizeof path, "%s/errors.txt", dir);
     FILE *errors = fopen(path, "w");
-    ex_dim3 huge = {4096, 1, 1};
+    ex_dim3 huge = {65536, 1, 1};
     fprintf(errors, "%d %s\n", ex_vector_add(ctx, grid, huge, a, N, b, N, c, N, N),
             ex_error_string());
     fprintf(errors, "%d %s\n", ex_vector_add(ctx, grid, block, a, -1, b, N, c, N, N),

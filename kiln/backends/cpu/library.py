@@ -16,6 +16,7 @@ from typing import Any
 from ...codegen.library import LibraryTarget
 from ...codegen.library.entries import EntryPoint
 from ...codegen.library.glue import api_macro, common_source, launch_functions
+from ...codegen.library.host import compile_object, link_library
 from ...framework.actions import ActionError
 from ...framework.backend import Dim3
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
@@ -24,7 +25,6 @@ from .emitter import BLOCK_DIMS, SLOT
 from .toolchain import toolchain
 
 DEFAULT_BLOCKS: tuple[Dim3, ...] = ((256, 1, 1),)
-LINK_FLAGS = ("-Wl,--no-undefined", "-lm", "-lpthread")
 
 RUNTIME = """\
 #include <omp.h>
@@ -172,7 +172,8 @@ class CpuLibrary(LibraryTarget):
             sources += [(env, _variant(kernel, e.index, block)) for block in (*blocks, None)]
         objects = [self._compile_object(env, text, work / f"{lib}_{i}", architectures[0], out)
                    for i, (env, text) in enumerate(sources)]
-        self._link(lib, objects, out)
+        link_library(lib, objects, out, ["-fopenmp", "-lm", "-lpthread"],
+                     toolchain().env.compiler)
         return {"block_shapes": [list(b) for b in blocks],
                 "note": "launches with other block shapes read the shape at run time"}
 
@@ -190,27 +191,11 @@ class CpuLibrary(LibraryTarget):
                                       lambda e: _launch_body(e, len(blocks))))
         return "\n".join(parts)
 
-    def _compile_object(self, env: BuildEnv, text: str, stem: Path, arch: str,
-                        out: Path) -> str:
-        """One translation unit to an object file, for `-march=arch`."""
-        (source := stem.with_suffix(".c")).write_text(text)
+    @staticmethod
+    def _compile_object(env: BuildEnv, text: str, stem: Path, arch: str, out: Path) -> str:
+        """One translation unit (host code or a kernel variant) for `-march=arch`."""
         flags = [f if not f.startswith("-march=") else f"-march={arch}" for f in env.flags]
-        obj = str(stem.with_suffix(".o"))
-        _run([*env.compiler, *flags, "-fvisibility=hidden", f"-I{out}", "-c", str(source),
-              "-o", obj], f"compiling {source.name}")
-        return obj
-
-    def _link(self, lib: str, objects: list[str], out: Path) -> None:
-        env = toolchain().env
-        _run([*env.compiler, *env.flags, *LINK_FLAGS, f"-Wl,-soname,lib{lib}.so", *objects,
-              "-o", str(out / f"lib{lib}.so")], f"linking lib{lib}.so")
-
-
-def _run(cmd: list[str], what: str) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        log = (result.stderr or result.stdout).strip()
-        raise ActionError(f"{what} failed ({' '.join(cmd)}):\n{log}")
+        return compile_object(text, stem, out, [*env.compiler, *flags, "-fvisibility=hidden"])
 
 
 def _entry_symbol(index: int, block: Dim3 | None) -> str:

@@ -6,13 +6,16 @@ backend reports itself unavailable, with the reason, where they or a GPU are mis
 
 from __future__ import annotations
 
+from ...codegen.library import register_library_target
 from ...framework.registry import register_backend
 from ...runtime.interop import register_adopter
 from .backend import CudaBackend
 from .interop import adopt
+from .library import CudaLibrary
 
 backend = CudaBackend()
 register_backend(backend, priority=CudaBackend.priority)
 register_adopter(adopt)
+register_library_target(CudaLibrary())
 
 __all__ = ["CudaBackend", "backend"]

@@ -25,7 +25,7 @@ from .memory import Buffer, PinnedStaging
 if TYPE_CHECKING:
     from ...runtime.device import Device
 
-_ENTRY = re.compile(r'extern "C" __global__ void (\w+)\(')
+KERNEL_ENTRY = re.compile(r'extern "C" __global__ void (\w+)\(')
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class CudaBackend(JITBackend):
         return CudaEmitter().emit(program)
 
     def compile(self, source: str, device: Device, options: KernelOptions) -> CudaCode:
-        match = _ENTRY.search(source)
+        match = KERNEL_ENTRY.search(source)
         if match is None:
             raise ValueError("no extern \"C\" __global__ kernel in the CUDA source")
         return compile_cached(source, match[1], device.capabilities.arch,

@@ -26,6 +26,12 @@ def version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def supported_architectures() -> list[int]:
+    """The architectures this NVRTC compiles for, as major * 10 + minor (e.g. 90)."""
+    _, archs = _api().nvrtcGetSupportedArchs()
+    return [int(a) for a in archs]
+
+
 def options_for(arch: str, target: str, fastmath: bool = False,
                 extra: tuple[str, ...] = ()) -> list[str]:
     """NVRTC options: `arch` like "sm_90"; PTX targets the matching virtual `compute_NN`."""

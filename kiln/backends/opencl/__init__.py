@@ -8,13 +8,13 @@ is then unavailable and says why.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...codegen.abi import device_scalar
+from ...codegen.library import register_library_target
 from ...framework.backend import (
     Availability,
     Capabilities,
@@ -30,12 +30,12 @@ from ...options import KernelOptions
 from ...runtime.array import DeviceArray
 from . import runtime
 from .build import Built, build
-from .codegen import OpenCLEmitter
+from .codegen import KERNEL_NAME, OpenCLEmitter
+from .library import OpenCLLibrary
 
 if TYPE_CHECKING:
     from ...runtime.device import Device
 
-KERNEL_NAME = re.compile(r"__kernel void (\w+)")
 PRIORITY = {DeviceKind.GPU: 80, DeviceKind.ACCELERATOR: 60, DeviceKind.CPU: 30}
 """Device priorities: the `cpu` backend is 50, so an OpenCL GPU wins and PoCL's CPU loses."""
 
@@ -197,3 +197,4 @@ def flatten(args: Sequence[Any]) -> list[Any]:
 
 backend = OpenCLBackend()
 register_backend(backend, priority=backend.priority)
+register_library_target(OpenCLLibrary())

@@ -1,0 +1,337 @@
+"""The opencl target of the `library` action: the OpenCL C embedded in `libNAME.so`,
+built for the chosen device when a context is created.
+
+The library loads the OpenCL ICD loader (`libOpenCL.so.1`) with dlopen, declaring the
+few entry points it calls itself, so building it needs no OpenCL headers and linking it
+no OpenCL library; a machine without a loader gets a clear error from
+`NAME_context_create`. Devices are numbered as kiln numbers them: every device of every
+platform, in platform order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ...codegen.library import LibraryTarget
+from ...codegen.library.entries import EntryPoint
+from ...codegen.library.glue import api_macro, c_string, common_source, launch_functions
+from ...codegen.library.host import compile_object, link_library
+from ...framework.actions import ActionError
+from .build import CORRECT_DIVISION, FAST_MATH, STANDARD
+from .codegen import KERNEL_NAME, OpenCLEmitter
+
+ICD = """\
+#include <dlfcn.h>
+#include <pthread.h>
+
+/* The OpenCL 1.2 API this library calls, declared here (no OpenCL headers needed). */
+typedef int32_t cl_int;
+typedef uint32_t cl_uint;
+typedef uint64_t cl_bitfield;
+typedef struct _cl_platform_id *cl_platform_id;
+typedef struct _cl_device_id *cl_device_id;
+typedef struct _cl_context *cl_context;
+typedef struct _cl_command_queue *cl_command_queue;
+typedef struct _cl_mem *cl_mem;
+typedef struct _cl_program *cl_program;
+typedef struct _cl_kernel *cl_kernel;
+typedef struct _cl_event *cl_event;
+#define CL_SUCCESS 0
+#define CL_TRUE 1
+#define CL_DEVICE_TYPE_ALL 0xFFFFFFFFu
+#define CL_MEM_READ_WRITE 1u
+#define CL_DEVICE_MAX_WORK_GROUP_SIZE 0x1004u
+#define CL_DEVICE_NAME 0x102Bu
+#define CL_DEVICE_SINGLE_FP_CONFIG 0x101Bu
+#define CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT (1u << 7)
+#define CL_PROGRAM_BUILD_LOG 0x1183u
+#define KILN_MAX_DEVICES 64
+
+static struct {{
+    cl_int (*GetPlatformIDs)(cl_uint, cl_platform_id *, cl_uint *);
+    cl_int (*GetDeviceIDs)(cl_platform_id, cl_bitfield, cl_uint, cl_device_id *, cl_uint *);
+    cl_int (*GetDeviceInfo)(cl_device_id, cl_uint, size_t, void *, size_t *);
+    cl_context (*CreateContext)(const intptr_t *, cl_uint, const cl_device_id *, void *,
+                                void *, cl_int *);
+    cl_command_queue (*CreateCommandQueue)(cl_context, cl_device_id, cl_bitfield, cl_int *);
+    cl_program (*CreateProgramWithSource)(cl_context, cl_uint, const char **, const size_t *,
+                                          cl_int *);
+    cl_int (*BuildProgram)(cl_program, cl_uint, const cl_device_id *, const char *, void *,
+                           void *);
+    cl_int (*GetProgramBuildInfo)(cl_program, cl_device_id, cl_uint, size_t, void *,
+                                  size_t *);
+    cl_kernel (*CreateKernel)(cl_program, const char *, cl_int *);
+    cl_int (*SetKernelArg)(cl_kernel, cl_uint, size_t, const void *);
+    cl_int (*EnqueueNDRangeKernel)(cl_command_queue, cl_kernel, cl_uint, const size_t *,
+                                   const size_t *, const size_t *, cl_uint, const cl_event *,
+                                   cl_event *);
+    cl_int (*Finish)(cl_command_queue);
+    cl_mem (*CreateBuffer)(cl_context, cl_bitfield, size_t, void *, cl_int *);
+    cl_int (*EnqueueWriteBuffer)(cl_command_queue, cl_mem, cl_uint, size_t, size_t,
+                                 const void *, cl_uint, const cl_event *, cl_event *);
+    cl_int (*EnqueueReadBuffer)(cl_command_queue, cl_mem, cl_uint, size_t, size_t, void *,
+                                cl_uint, const cl_event *, cl_event *);
+    cl_int (*EnqueueCopyBuffer)(cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t,
+                                cl_uint, const cl_event *, cl_event *);
+    cl_int (*ReleaseMemObject)(cl_mem);
+    cl_int (*ReleaseKernel)(cl_kernel);
+    cl_int (*ReleaseProgram)(cl_program);
+    cl_int (*ReleaseCommandQueue)(cl_command_queue);
+    cl_int (*ReleaseContext)(cl_context);
+}} cl;
+
+static const char *const kiln_cl_names[] = {{
+    "clGetPlatformIDs", "clGetDeviceIDs", "clGetDeviceInfo", "clCreateContext",
+    "clCreateCommandQueue", "clCreateProgramWithSource", "clBuildProgram",
+    "clGetProgramBuildInfo", "clCreateKernel", "clSetKernelArg", "clEnqueueNDRangeKernel",
+    "clFinish", "clCreateBuffer", "clEnqueueWriteBuffer", "clEnqueueReadBuffer",
+    "clEnqueueCopyBuffer", "clReleaseMemObject", "clReleaseKernel", "clReleaseProgram",
+    "clReleaseCommandQueue", "clReleaseContext",
+}};
+
+static pthread_once_t kiln_cl_once = PTHREAD_ONCE_INIT;
+static char kiln_cl_problem[512];
+
+static void kiln_cl_load(void) {{
+    void *icd = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!icd) icd = dlopen("libOpenCL.so", RTLD_NOW | RTLD_LOCAL);
+    if (!icd) {{
+        snprintf(kiln_cl_problem, sizeof kiln_cl_problem,
+                 "no OpenCL ICD loader (libOpenCL.so.1): %s", dlerror());
+        return;
+    }}
+    void **slots = (void **)&cl;
+    for (size_t k = 0; k < sizeof kiln_cl_names / sizeof *kiln_cl_names; k++) {{
+        slots[k] = dlsym(icd, kiln_cl_names[k]);
+        if (!slots[k]) {{
+            snprintf(kiln_cl_problem, sizeof kiln_cl_problem,
+                     "the OpenCL loader lacks %s", kiln_cl_names[k]);
+            return;
+        }}
+    }}
+}}
+
+/* Every device of every platform, in platform order; returns how many (0 with a message
+   when there is no loader or platform). */
+static int kiln_cl_devices(cl_device_id *devices) {{
+    pthread_once(&kiln_cl_once, kiln_cl_load);
+    if (kiln_cl_problem[0]) return kiln_fail({LIB}_ERROR_UNAVAILABLE, "%s", kiln_cl_problem), 0;
+    cl_platform_id platforms[16];
+    cl_uint nplatforms = 0;
+    if (cl.GetPlatformIDs(16, platforms, &nplatforms) != CL_SUCCESS || nplatforms == 0)
+        return kiln_fail({LIB}_ERROR_UNAVAILABLE, "no OpenCL platform"), 0;
+    int count = 0;
+    for (cl_uint p = 0; p < nplatforms && p < 16; p++) {{
+        cl_uint n = 0;
+        if (cl.GetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, KILN_MAX_DEVICES - count,
+                            devices + count, &n) == CL_SUCCESS)
+            count += (int)n;
+    }}
+    return count;
+}}
+"""
+
+RUNTIME = """\
+struct {lib}_context {{
+    cl_context context;
+    cl_command_queue queue;
+    cl_device_id device;
+    int max_threads;
+    cl_program programs[{count}];
+    cl_kernel kernels[{count}];
+}};
+
+{sources}
+
+{api} int {lib}_device_count(void) {{
+    cl_device_id devices[KILN_MAX_DEVICES];
+    return kiln_cl_devices(devices);
+}}
+
+/* Build entry `k` (its program and kernel) for the context's device. */
+static int kiln_cl_build({lib}_context *c, int k, int correct_division) {{
+    cl_int e;
+    const char *text = kiln_sources[k];
+    c->programs[k] = cl.CreateProgramWithSource(c->context, 1, &text, NULL, &e);
+    if (e != CL_SUCCESS)
+        return kiln_fail({LIB}_ERROR_DEVICE, "%s: clCreateProgramWithSource: error %d",
+                         kiln_kernels[k], e);
+    char options[256];
+    snprintf(options, sizeof options, "%s %s", "{standard}",
+             kiln_fastmath[k] ? "{fast_math}" : correct_division ? "{correct_division}" : "");
+    e = cl.BuildProgram(c->programs[k], 1, &c->device, options, NULL, NULL);
+    if (e != CL_SUCCESS) {{
+        char log[1536] = "";
+        cl.GetProgramBuildInfo(c->programs[k], c->device, CL_PROGRAM_BUILD_LOG,
+                               sizeof log - 1, log, NULL);
+        return kiln_fail({LIB}_ERROR_DEVICE, "building %s for the device failed (%d): %s",
+                         kiln_kernels[k], e, log);
+    }}
+    c->kernels[k] = cl.CreateKernel(c->programs[k], kiln_kernels[k], &e);
+    if (e != CL_SUCCESS)
+        return kiln_fail({LIB}_ERROR_DEVICE, "%s: clCreateKernel: error %d", kiln_kernels[k], e);
+    return {LIB}_SUCCESS;
+}}
+
+{api} int {lib}_context_create({lib}_context **ctx, int device) {{
+    if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "context_create: ctx is NULL");
+    *ctx = NULL;
+    cl_device_id devices[KILN_MAX_DEVICES];
+    int count = kiln_cl_devices(devices);
+    if (count == 0 && kiln_message[0]) return {LIB}_ERROR_UNAVAILABLE;
+    if (device < 0 || device >= count)
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "context_create: device %d does not exist (%d OpenCL devices)",
+                         device, count);
+    {lib}_context *c = calloc(1, sizeof *c);
+    if (!c) return kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "context_create: out of memory");
+    c->device = devices[device];
+    size_t group = 0;
+    cl_bitfield fp = 0;
+    cl.GetDeviceInfo(c->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof group, &group, NULL);
+    cl.GetDeviceInfo(c->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+    c->max_threads = group > INT32_MAX ? INT32_MAX : (int)group;
+    cl_int e;
+    c->context = cl.CreateContext(NULL, 1, &c->device, NULL, NULL, &e);
+    if (e == CL_SUCCESS) c->queue = cl.CreateCommandQueue(c->context, c->device, 0, &e);
+    int status = e == CL_SUCCESS ? {LIB}_SUCCESS
+        : kiln_fail({LIB}_ERROR_DEVICE, "context_create: OpenCL error %d", e);
+    for (int k = 0; k < {count} && status == {LIB}_SUCCESS; k++)
+        status = kiln_cl_build(c, k, (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0);
+    if (status != {LIB}_SUCCESS) {{
+        {lib}_context_destroy(c);
+        return status;
+    }}
+    *ctx = c;
+    return {LIB}_SUCCESS;
+}}
+
+{api} void {lib}_context_destroy({lib}_context *ctx) {{
+    if (!ctx) return;
+    if (ctx->queue) cl.Finish(ctx->queue);
+    for (int k = 0; k < {count}; k++) {{
+        if (ctx->kernels[k]) cl.ReleaseKernel(ctx->kernels[k]);
+        if (ctx->programs[k]) cl.ReleaseProgram(ctx->programs[k]);
+    }}
+    if (ctx->queue) cl.ReleaseCommandQueue(ctx->queue);
+    if (ctx->context) cl.ReleaseContext(ctx->context);
+    free(ctx);
+}}
+
+static int kiln_cl_check(cl_int e, const char *what) {{
+    return e == CL_SUCCESS ? {LIB}_SUCCESS
+                           : kiln_fail({LIB}_ERROR_DEVICE, "%s: OpenCL error %d", what, e);
+}}
+
+{api} int {lib}_synchronize({lib}_context *ctx) {{
+    if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "synchronize: the context is NULL");
+    return kiln_cl_check(cl.Finish(ctx->queue), "synchronize");
+}}
+
+/* Device pointers are cl_mem handles: pass them whole (no pointer arithmetic). */
+{api} void *{lib}_alloc({lib}_context *ctx, size_t nbytes) {{
+    if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "alloc: the context is NULL"), NULL;
+    cl_int e;
+    cl_mem m = cl.CreateBuffer(ctx->context, CL_MEM_READ_WRITE, nbytes ? nbytes : 1, NULL, &e);
+    if (e != CL_SUCCESS) kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: %zu bytes: OpenCL error %d",
+                                   nbytes, e);
+    return e == CL_SUCCESS ? (void *)m : NULL;
+}}
+
+{api} int {lib}_free({lib}_context *ctx, void *device_ptr) {{
+    (void)ctx;
+    return device_ptr ? kiln_cl_check(cl.ReleaseMemObject((cl_mem)device_ptr), "free")
+                      : {LIB}_SUCCESS;
+}}
+
+{api} int {lib}_copy_to_device({lib}_context *ctx, void *device_dst, const void *host_src,
+                          size_t nbytes) {{
+    if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "copy: the context is NULL");
+    if (!nbytes) return {LIB}_SUCCESS;
+    return kiln_cl_check(cl.EnqueueWriteBuffer(ctx->queue, (cl_mem)device_dst, CL_TRUE, 0,
+                                               nbytes, host_src, 0, NULL, NULL),
+                         "copy_to_device");
+}}
+
+{api} int {lib}_copy_to_host({lib}_context *ctx, void *host_dst, const void *device_src,
+                          size_t nbytes) {{
+    if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "copy: the context is NULL");
+    if (!nbytes) return {LIB}_SUCCESS;
+    return kiln_cl_check(cl.EnqueueReadBuffer(ctx->queue, (cl_mem)device_src, CL_TRUE, 0,
+                                              nbytes, host_dst, 0, NULL, NULL),
+                         "copy_to_host");
+}}
+
+{api} int {lib}_copy_device_to_device({lib}_context *ctx, void *device_dst,
+                                  const void *device_src, size_t nbytes) {{
+    if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "copy: the context is NULL");
+    if (!nbytes) return {LIB}_SUCCESS;
+    return kiln_cl_check(cl.EnqueueCopyBuffer(ctx->queue, (cl_mem)device_src,
+                                              (cl_mem)device_dst, 0, 0, nbytes, 0, NULL, NULL),
+                         "copy_device_to_device");
+}}
+"""
+
+
+class OpenCLLibrary(LibraryTarget):
+    name = "opencl"
+    notes = (
+        "opencl target: devices are numbered as kiln numbers them (every device of every",
+        "platform, in platform order); the kernels are built for the device when the",
+        "context is created. Device pointers are cl_mem handles: pass them as {lib}_alloc",
+        "returned them, never offset. The ICD loader (libOpenCL.so.1) is loaded at run time.",
+    )
+
+    def architectures(self, requested: Sequence[str]) -> tuple[str, ...]:
+        if requested:
+            raise ActionError("the opencl target builds OpenCL C for any device (--arch does "
+                              "not apply)")
+        return ("OpenCL C 1.2",)
+
+    def build(self, lib: str, entries: Sequence[EntryPoint], architectures: tuple[str, ...],
+              settings: dict[str, Any], work: Path, out: Path) -> dict[str, Any]:
+        source = "\n".join([common_source(lib, "opencl"), ICD.format(LIB=lib.upper()),
+                            self._runtime(lib, entries),
+                            launch_functions(lib, entries, "ctx->max_threads", _launch_body)])
+        link_library(lib, [compile_object(source, work / lib, out)], out, ["-ldl", "-lpthread"])
+        return {}
+
+    def _runtime(self, lib: str, entries: Sequence[EntryPoint]) -> str:
+        texts = [OpenCLEmitter().emit(e.kernel.program) for e in entries]
+        sources = "static const char *const kiln_sources[] = {\n    " + ",\n    ".join(
+            c_string(t) for t in texts) + "\n};\n"
+        sources += "static const char *const kiln_kernels[] = {" + ", ".join(
+            f'"{_kernel_name(t)}"' for t in texts) + "};\n"
+        sources += "static const int kiln_fastmath[] = {" + ", ".join(
+            str(int(e.kernel.options.fastmath)) for e in entries) + "};"
+        return RUNTIME.format(lib=lib, LIB=lib.upper(), api=api_macro(lib), count=len(entries),
+                              sources=sources, standard=STANDARD, fast_math=FAST_MATH,
+                              correct_division=CORRECT_DIVISION)
+
+
+def _kernel_name(source: str) -> str:
+    found = KERNEL_NAME.search(source)
+    if found is None:
+        raise ActionError("the OpenCL emitter wrote no __kernel function")
+    return found[1]
+
+
+def _launch_body(e: EntryPoint) -> str:
+    """Set the arguments (a pointer as its cl_mem), then enqueue the NDRange."""
+    lines = [f"    cl_kernel kiln_kernel = ctx->kernels[{e.index}];", "    cl_int e;"]
+    for slot, p in enumerate(e.params):
+        value = f"&(cl_mem){{(cl_mem){p.name}}}" if p.role == "pointer" else f"&{p.name}"
+        size = "sizeof(cl_mem)" if p.role == "pointer" else f"sizeof {p.name}"
+        lines.append(f"    e = cl.SetKernelArg(kiln_kernel, {slot}, {size}, {value});")
+        lines.append(f"    if (e != CL_SUCCESS) return kiln_cl_check(e, \"{e.kernel.kernel}: "
+                     f"argument {p.name}\");")
+    lines += [
+        "    const size_t local[3] = {block.x, block.y, block.z};",
+        "    const size_t global[3] = {(size_t)grid.x * block.x, (size_t)grid.y * block.y, "
+        "(size_t)grid.z * block.z};",
+        "    return kiln_cl_check(cl.EnqueueNDRangeKernel(ctx->queue, kiln_kernel, 3, NULL, "
+        f"global, local, 0, NULL, NULL), \"{e.kernel.kernel}\");",
+    ]
+    return "\n".join(lines) + "\n"
