@@ -3,6 +3,22 @@
 from __future__ import annotations
 
 from .aot import load_library
+from .errors import (
+    ArityError,
+    BackendCompileError,
+    ConstantError,
+    ConvergenceError,
+    DeviceFeatureError,
+    KernelError,
+    KernelTypeError,
+    LaunchError,
+    OptionError,
+    RecursionDepthError,
+    UnknownNameError,
+    UnsupportedError,
+)
+from .execution.kernel import DeviceFunction, Kernel, func, kernel, launch
+from .execution.raw import RawKernel
 from .framework.backend import (
     Availability,
     Backend,
@@ -13,10 +29,10 @@ from .framework.backend import (
     ExecutionModel,
     JITBackend,
 )
-from .framework.intrinsics import Intrinsic, Variance, intrinsics
 from .framework.registry import register_backend
 from .framework.sizing import Dim, dim
 from .ir.enums import ExtensibleEnum, MemorySpace
+from .ir.intrinsics import Intrinsic, Variance, intrinsics
 from .ir.types import (
     Array,
     ArrayType,
@@ -53,21 +69,6 @@ from .ir.types import (
     u64,
 )
 from .lang import builtins as _b
-from .lang.errors import (
-    ArityError,
-    BackendCompileError,
-    ConstantError,
-    ConvergenceError,
-    DeviceFeatureError,
-    KernelError,
-    KernelTypeError,
-    LaunchError,
-    OptionError,
-    RecursionDepthError,
-    UnknownNameError,
-    UnsupportedError,
-)
-from .lang.kernel import DeviceFunction, Kernel, func, kernel, launch
 from .lang.records import Variant, struct, variant
 from .options import KernelOptions
 from .runtime.array import (
@@ -82,7 +83,6 @@ from .runtime.array import (
 )
 from .runtime.device import Device, Event, Stream
 from .runtime.graph import Graph, graph
-from .runtime.raw import RawKernel
 from .runtime.selection import DeviceNotFoundError, backends, device, devices
 
 __version__ = "0.1.0"

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .errors import KernelError, LaunchError
 from .framework.actions import ActionError, actions
 from .framework.backend import Backend, Capabilities, DeviceKind, ExecutionModel
 from .ir.enums import MemorySpace
@@ -35,7 +36,6 @@ from .ir.types import (
     f32,
     i32,
 )
-from .lang.errors import KernelError, LaunchError
 from .runtime.device import Device
 from .runtime.selection import DeviceNotFoundError
 
@@ -117,7 +117,7 @@ def load_module(file: str) -> Any:
 
 def module_kernels(module: Any) -> dict[str, Any]:
     """The kernels a module defines (not those it imports), in definition order."""
-    from .lang.kernel import Kernel
+    from .execution.kernel import Kernel
 
     return {k: v for k, v in vars(module).items()
             if isinstance(v, Kernel) and v.pyfunc.__module__ == module.__name__}
@@ -125,7 +125,7 @@ def module_kernels(module: Any) -> dict[str, Any]:
 
 def load_kernel(target: str) -> Any:
     """Import FILE.py and return its KERNEL attribute (a @kiln.kernel)."""
-    from .lang.kernel import Kernel
+    from .execution.kernel import Kernel
 
     file, sep, name = target.rpartition(":")
     if not sep or not file or not name:

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import OptionError
 from .ir.nodes import Loc
-from .lang.errors import OptionError
 
 
 def option(default: Any, expects: str, check: Callable[[Any], bool]) -> Any:

@@ -12,8 +12,8 @@ import pytest
 
 import kiln
 from kiln import RecursionDepthError, f16, f32, f64, i32, u64
-from kiln.framework.intrinsics import intrinsics
 from kiln.ir import nodes as ir
+from kiln.ir.intrinsics import intrinsics
 from kiln.ir.passes import bound_recursion, device_feature_check, lower_single_lane_warps
 from kiln.ir.visit import walk
 

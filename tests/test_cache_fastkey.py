@@ -16,12 +16,12 @@ import pytest
 
 import kiln
 from kiln import f32, f64, i32
+from kiln.execution.fingerprint import fingerprint
+from kiln.execution.kernelcache import _dumps, kernel_key
 from kiln.framework import cache
-from kiln.framework.kernelcache import _dumps, kernel_key
 from kiln.ir.enums import MemorySpace
 from kiln.ir.printer import format_program
 from kiln.ir.types import ArrayType, ConstexprType
-from kiln.lang.fingerprint import fingerprint
 from kiln.lang.records import kiln_type_of
 
 cpu_entry = next(e for e in kiln.backends() if e.name == "cpu")
@@ -213,7 +213,7 @@ def test_another_signature_misses(project: Project, change: dict[str, Any]) -> N
 
 def test_kiln_code_is_part_of_the_key(project: Project, monkeypatch: pytest.MonkeyPatch
                                       ) -> None:
-    from kiln.framework import kernelcache
+    from kiln.execution import kernelcache
 
     base = key(project)
     monkeypatch.setattr(kernelcache, "kiln_identity", lambda: "another kiln")
@@ -221,7 +221,7 @@ def test_kiln_code_is_part_of_the_key(project: Project, monkeypatch: pytest.Monk
 
 
 def test_an_intrinsic_implemented_anew_misses(project: Project) -> None:
-    from kiln.framework.intrinsics import intrinsics
+    from kiln.ir.intrinsics import intrinsics
 
     base = key(project)
     original = intrinsics.implementation("sqrt", ["cpu", "c"])

@@ -11,8 +11,8 @@ from conftest import marked_line
 import kiln
 from kiln import f32, i32, i64
 from kiln.codegen import CEmitter, CExpr, NameTable, abi_values, compile_error, handles, kernel_abi
-from kiln.framework.intrinsics import INDEX_BASES, intrinsics
 from kiln.ir import nodes as ir
+from kiln.ir.intrinsics import INDEX_BASES, intrinsics
 from kiln.ir.types import u32
 
 intrinsics.implement("gpu_test", {

@@ -465,7 +465,7 @@ def test_message_shows_location_source_line_and_caret() -> None:
     assert source.index("a[0]") == caret.index("^")
 
 
-PUBLIC_ENTRY = str(Path(kiln.Kernel.ir.__code__.co_filename).resolve())  # kiln/lang/kernel.py
+PUBLIC_ENTRY = str(Path(kiln.Kernel.ir.__code__.co_filename).resolve())  # kiln/execution/kernel.py
 
 
 def kiln_frames(exc: BaseException) -> list[str]:

@@ -18,7 +18,7 @@ from kiln.backends.interp import executor
 from kiln.backends.interp.geometry import BX, BY, TX, TY, Launch
 from kiln.backends.interp.values import Affine
 from kiln.examples import block_sum, vector_add
-from kiln.framework.intrinsics import intrinsics
+from kiln.ir.intrinsics import intrinsics
 
 
 @pytest.fixture(params=["one chunk", "many chunks"])

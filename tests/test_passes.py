@@ -17,9 +17,9 @@ from conftest import marked_line
 import kiln
 from kiln import f32, i32, i64
 from kiln.framework.backend import Capabilities, DeviceKind, ExecutionModel
-from kiln.framework.intrinsics import atomic_capabilities
 from kiln.ir import nodes as ir
 from kiln.ir.enums import MemorySpace
+from kiln.ir.intrinsics import atomic_capabilities
 from kiln.ir.passes import (
     InternalError,
     check_program,

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..execution.kernel import Kernel
 from ..framework.actions import ActionError, ActionRequest, SpecialisedKernel, action_named
 from ..framework.backend import Backend
 from ..framework.registry import registry
 from ..ir.types import ArrayType, ConstexprType, ScalarType, Type
-from ..lang.kernel import Kernel
 
 _C_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import LaunchError
 from ..ir.types import SCALAR_BY_NAME, ScalarType, fits
-from ..lang.errors import LaunchError
 
 CTYPES: dict[str, Any] = {
     "bool_": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,

@@ -1,7 +1,7 @@
 """Code generation shared by the C-family backends (cpu, cuda, opencl, ...).
 
 `CEmitter` is the one walker over IR; a backend's dialect is a small subclass that sets
-data and registers spellings in `kiln.framework.intrinsics` under its namespace.
+data and registers spellings in `kiln.ir.intrinsics` under its namespace.
 `kernel_abi` is the one definition of how kernel parameters are flattened for launches.
 """
 

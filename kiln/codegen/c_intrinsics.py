@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..framework.intrinsics import BINARY_FLOAT_MATH, UNARY_FLOAT_MATH, intrinsics
 from ..ir import nodes as ir
+from ..ir.intrinsics import BINARY_FLOAT_MATH, UNARY_FLOAT_MATH, intrinsics
 from ..ir.types import ScalarType
 
 if TYPE_CHECKING:

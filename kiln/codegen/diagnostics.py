@@ -9,8 +9,8 @@ from __future__ import annotations
 import linecache
 import re
 
+from ..errors import BackendCompileError
 from ..ir.nodes import Loc
-from ..lang.errors import BackendCompileError
 
 _DIAGNOSTIC = re.compile(
     r"^(?P<file>.+?)[:(](?P<line>\d+)(?:[:,](?P<col>\d+))?\)?:\s*(?:fatal\s+)?error:?\s*(?P<msg>.*)$",

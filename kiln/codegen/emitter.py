@@ -2,7 +2,7 @@
 
 A dialect (cpu, cuda, opencl, ...) subclasses `CEmitter` and mostly sets class attributes:
 type names, qualifiers, literal suffixes, the prologue, its intrinsic namespaces (spellings
-come from the one registry, `kiln.framework.intrinsics`), helper templates. Where data is
+come from the one registry, `kiln.ir.intrinsics`), helper templates. Where data is
 not enough it overrides a hook (`emit_kernel`, `var`, `element`) or registers a handler for
 a node kind with a predicate (`@handles(IntrinsicCall, when=...)`, DaCe's dispatcher).
 
@@ -24,9 +24,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..framework.intrinsics import intrinsics
+from ..errors import UnsupportedError
 from ..ir import nodes as ir
 from ..ir.enums import MemorySpace
+from ..ir.intrinsics import intrinsics
 from ..ir.types import (
     ArrayType,
     ScalarType,
@@ -47,7 +48,6 @@ from ..ir.types import (
     u64,
 )
 from ..ir.visit import walk
-from ..lang.errors import UnsupportedError
 from ..lang.native import PLACEHOLDER, native_code
 from .abi import function_abi
 from .helpers import C_HELPERS, HelperTemplate

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..lang.kernel import Kernel
+    from ..execution.kernel import Kernel
     from ..runtime.device import Device
 
 Dims = int | tuple[int, ...]
@@ -16,7 +16,7 @@ Dims = int | tuple[int, ...]
 
 def run(device: Device, kernel: Kernel, grid: Dims, block: Dims, *args: Any) -> None:
     """Launch on `device` and wait; NumPy arguments the kernel writes come back filled."""
-    from ..lang.kernel import launch
+    from ..execution.kernel import launch
 
     launch(kernel, grid, block, args, device=device)
     device.synchronize()

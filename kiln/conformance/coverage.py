@@ -13,13 +13,13 @@ import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..framework.intrinsics import intrinsics
+from ..execution.kernel import Kernel
 from ..ir import nodes as ir
+from ..ir.intrinsics import intrinsics
 from ..ir.nodes import Program
 from ..ir.passes import lower_aggregates
 from ..ir.passes.validate import BINOPS, COMPARES, UNARY
 from ..ir.visit import walk
-from ..lang.kernel import Kernel
 from .registry import declared_signatures
 
 BOOLOPS = ("and", "or")

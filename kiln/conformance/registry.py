@@ -17,7 +17,7 @@ from ..ir.passes.features import supports_atomic
 from ..ir.types import ScalarType, Type, f64
 
 if TYPE_CHECKING:
-    from ..lang.kernel import Kernel
+    from ..execution.kernel import Kernel
     from ..runtime.device import Device
 
 CaseFunction = Callable[["Device"], None]

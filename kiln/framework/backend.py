@@ -59,7 +59,7 @@ class Capabilities:
     """What a device can do (SPEC §2). `arch` identifies the binary target for cache keys.
 
     `atomics` holds one "op:type" entry per supported atomic and element type
-    ("atomic_add:f32"); `kiln.framework.intrinsics.atomic_capabilities()` builds the full set.
+    ("atomic_add:f32"); `kiln.ir.intrinsics.atomic_capabilities()` builds the full set.
     """
 
     backend: str
@@ -222,7 +222,7 @@ class JITBackend(Backend):
         return code
 
     def export_code(self, code: Any, source: str, options: KernelOptions) -> Any:
-        """Opt in to the kernel cache (`kiln.framework.kernelcache`): a picklable form of
+        """Opt in to the kernel cache (`kiln.execution.kernelcache`): a picklable form of
         `code` (compiled from `source` with `options`) that `import_code` turns back into
         code in a later process, which then skips the frontend, the passes and code
         generation. A backend whose `compile` finds binaries by their source in the compile

@@ -10,7 +10,7 @@ a whole entry or none; a truncated or corrupt entry fails its footer check and i
 processes sharing the directory at most compile the same kernel twice.
 
 `KILN_LOG=info` logs one line per kernel: compiled or cached, and how long it took.
-A second level keyed before the frontend runs, the kernel key, is `kiln.framework.kernelcache`.
+A second level keyed before the frontend runs, the kernel key, is `kiln.execution.kernelcache`.
 The `kiln cache` command uses `info()` and `clear()`.
 """
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..lang.errors import LaunchError
+from ..errors import LaunchError
 from .backend import Dim3
 
 if TYPE_CHECKING:

@@ -10,21 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import Loc
 from .types import ArrayType, ScalarType, Type
-
-
-@dataclass(frozen=True)
-class Loc:
-    """A position in user source: 1-based line, 0-based column."""
-
-    file: str
-    line: int
-    col: int
-    end_col: int | None = None
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.col + 1}"
-
 
 # ---------------------------------------------------------------- expressions
 

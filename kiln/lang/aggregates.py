@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from ..errors import ArityError, KernelError, KernelTypeError, UnknownNameError, UnsupportedError
 from ..ir import nodes as ir
 from ..ir.types import (
     COMPONENTS,
@@ -26,7 +27,6 @@ from ..ir.types import (
     i32,
     is_aggregate,
 )
-from .errors import ArityError, KernelError, KernelTypeError, UnknownNameError, UnsupportedError
 from .records import Variant, field_defaults, kiln_type_of
 from .resolve import type_from_object
 from .typing_rules import comparison_type, operand_type

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..framework.intrinsics import INDEX_BASES, intrinsics
+from ..ir.intrinsics import INDEX_BASES, intrinsics
 
 
 class KernelOnly:

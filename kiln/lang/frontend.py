@@ -16,9 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from ..framework.intrinsics import IntrinsicTypeError, intrinsics, typing_of
+from ..errors import (
+    ArityError,
+    ConstantError,
+    KernelError,
+    KernelTypeError,
+    UnknownNameError,
+    UnsupportedError,
+)
 from ..ir import nodes as ir
 from ..ir.enums import MemorySpace
+from ..ir.intrinsics import IntrinsicTypeError, intrinsics, typing_of
 from ..ir.passes.fold import fold_expression
 from ..ir.types import (
     COMPONENTS,
@@ -42,14 +50,6 @@ from ..ir.types import (
 )
 from . import builtins as kb
 from .aggregates import AggregateBuilder, is_value_type
-from .errors import (
-    ArityError,
-    ConstantError,
-    KernelError,
-    KernelTypeError,
-    UnknownNameError,
-    UnsupportedError,
-)
 from .native import build_native
 from .records import Variant, kiln_type_of
 from .resolve import StaticResolver, annotation_type
@@ -1022,7 +1022,7 @@ class FunctionBuilder(AggregateBuilder):
                              loc)
         if name is not None:
             return self.intrinsic_call(name, node, statement)
-        from .kernel import DeviceFunction, Kernel
+        from ..execution.kernel import DeviceFunction, Kernel
 
         if isinstance(fn, DeviceFunction):
             return self.device_call(fn, node, statement)

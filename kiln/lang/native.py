@@ -15,8 +15,8 @@ import inspect
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..errors import KernelTypeError, UnknownNameError, UnsupportedError
 from ..ir import nodes as ir
-from .errors import KernelTypeError, UnknownNameError, UnsupportedError
 
 if TYPE_CHECKING:
     from .frontend import FunctionBuilder

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import KernelTypeError, UnknownNameError, UnsupportedError
 from ..ir.nodes import Loc
 from ..ir.types import (
     SCALAR_BY_DTYPE,
@@ -22,7 +23,6 @@ from ..ir.types import (
     f32,
     i32,
 )
-from .errors import KernelTypeError, UnknownNameError, UnsupportedError
 from .records import kiln_type_of
 from .source import parse_function
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from ..errors import UnsupportedError
 from ..ir.nodes import Loc
-from .errors import UnsupportedError
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...codegen.helpers import HelperTemplate
-from ...framework.intrinsics import INDEX_BASES, intrinsics
 from ...ir import nodes as ir
+from ...ir.intrinsics import INDEX_BASES, intrinsics
 from ...ir.types import ScalarType
 
 RELAXED = "__ATOMIC_RELAXED"

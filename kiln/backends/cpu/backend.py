@@ -18,7 +18,7 @@ from ...codegen.diagnostics import compile_error
 from ...framework.backend import Availability, Capabilities, DeviceKind, Dim3, JITBackend
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
 from ...framework.cache import CacheEntry, CompileCache, cache_key
-from ...framework.intrinsics import atomic_capabilities
+from ...ir.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
 from ...ir.passes import Pass, pipeline_for
 from ...options import DEFAULT_OPTIONS, KernelOptions

@@ -43,14 +43,14 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from ...framework.intrinsics import Variance, intrinsics
+from ...errors import UnsupportedError
 from ...ir import nodes as ir
 from ...ir.analysis import reads_and_writes
 from ...ir.enums import MemorySpace
+from ...ir.intrinsics import Variance, intrinsics
 from ...ir.passes.convergence import Control, FunctionVariance, analyze
 from ...ir.types import ArrayType, ScalarType, i8, i16, i32
 from ...ir.visit import walk
-from ...lang.errors import UnsupportedError
 
 UNROLLED_TRIPS = 32
 

@@ -13,7 +13,7 @@ import numpy as np
 from ...framework.backend import Availability, Capabilities, DeviceKind, Dim3, JITBackend, Pass
 from ...framework.buildenv import BuildEnv
 from ...framework.cache import CompileCache, cache_key
-from ...framework.intrinsics import atomic_capabilities
+from ...ir.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
 from ...options import KernelOptions
 from . import interop, nvrtc

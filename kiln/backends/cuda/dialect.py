@@ -13,9 +13,9 @@ from ...codegen import c_intrinsics  # noqa: F401 - registers the "c" spellings
 from ...codegen.emitter import CEmitter
 from ...codegen.helpers import C_HELPERS, HelperTemplate
 from ...codegen.vectors import NativeVectors
-from ...framework.intrinsics import INDEX_BASES, intrinsics
 from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
+from ...ir.intrinsics import INDEX_BASES, intrinsics
 from ...ir.types import ArrayType, ScalarType, f16, f32, f64, i32, i64, u32, u64
 from ...ir.visit import walk
 from . import warps  # noqa: F401 - registers the warp operations' spellings

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...errors import LaunchError
 from ...ir.types import SCALAR_BY_DTYPE
-from ...lang.errors import LaunchError
 from ...runtime.array import DeviceArray, DeviceArrayView
 from .driver import api, check, probe
 from .memory import Buffer

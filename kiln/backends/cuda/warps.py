@@ -7,7 +7,7 @@ convergence check already rejects warp operations under thread-dependent control
 
 from __future__ import annotations
 
-from ...framework.intrinsics import intrinsics
+from ...ir.intrinsics import intrinsics
 
 FULL_MASK = "0xffffffffu"
 LINEAR_THREAD = "(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))"

@@ -18,8 +18,8 @@ from ...framework.backend import (
     Dim3,
     DirectBackend,
 )
-from ...framework.intrinsics import atomic_capabilities
 from ...framework.registry import register_backend
+from ...ir.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
 from ...ir.passes import Pass, pipeline_for
 from ...runtime.host import HostMemoryMixin, HostStream, host_memory_bytes

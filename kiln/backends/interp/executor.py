@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ...framework.intrinsics import intrinsics
+from ...errors import UnsupportedError
 from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
+from ...ir.intrinsics import intrinsics
 from ...ir.types import ArrayType, ScalarType, Type
 from ...ir.visit import walk
-from ...lang.errors import UnsupportedError
 from . import ops
 from .geometry import Chunk, Launch
 from .memory import ArrayRef, address, gather, scatter, slice_view

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ...framework.intrinsics import intrinsics
+from ...ir.intrinsics import intrinsics
 from .atomics import ATOMICS
 from .geometry import BX, BY, BZ, TX, TY, TZ, Chunk
 from .values import Affine, Value

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...errors import KernelError, UnsupportedError
 from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
 from ...ir.types import ArrayType, ScalarType
-from ...lang.errors import KernelError, UnsupportedError
 from ...lang.native import native_code
 from .memory import ArrayRef
 from .values import Mask, materialise

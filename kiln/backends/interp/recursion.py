@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from ...errors import RecursionDepthError
 from ...ir import nodes as ir
 from ...ir.passes.recursion import recursive_groups
-from ...lang.errors import RecursionDepthError
 
 
 class DepthGuard:

@@ -17,9 +17,9 @@ from typing import ClassVar
 from ...codegen.emitter import CEmitter
 from ...codegen.helpers import C_HELPERS, HelperTemplate
 from ...codegen.vectors import NativeVectors
-from ...framework.intrinsics import ATOMIC_TYPES, intrinsics
 from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
+from ...ir.intrinsics import ATOMIC_TYPES, intrinsics
 from ...ir.types import (
     ArrayType,
     ScalarType,

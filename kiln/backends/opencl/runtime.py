@@ -16,7 +16,7 @@ import numpy as np
 
 from ...framework.backend import Capabilities, DeviceKind
 from ...framework.cache import CompileCache
-from ...framework.intrinsics import atomic_capabilities
+from ...ir.intrinsics import atomic_capabilities
 from ...ir.types import f32, f64, i32, i64, u32, u64
 from .warps import SUBGROUP_EXTENSIONS
 

@@ -9,7 +9,7 @@ work-item's own value, as on CUDA, by shuffling from the work-item itself.
 
 from __future__ import annotations
 
-from ...framework.intrinsics import intrinsics
+from ...ir.intrinsics import intrinsics
 
 SUBGROUP_EXTENSIONS = ("cl_khr_subgroups", "cl_khr_subgroup_shuffle", "cl_khr_subgroup_ballot")
 

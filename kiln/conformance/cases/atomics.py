@@ -13,7 +13,7 @@ import numpy as np
 
 import kiln
 from kiln import f32, f64, i32
-from kiln.framework.intrinsics import ATOMIC_TYPES
+from kiln.ir.intrinsics import ATOMIC_TYPES
 from kiln.ir.types import ScalarType
 
 from ..checks import assert_equal, assert_permutation, blocks, rng, run

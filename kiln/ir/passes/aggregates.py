@@ -31,7 +31,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...lang.errors import UnsupportedError
+from ...errors import UnsupportedError
 from .. import nodes as ir
 from ..types import (
     COMPONENTS,

@@ -8,8 +8,8 @@ loads and stores, selects, calls and casts.
 
 from __future__ import annotations
 
-from ...framework.intrinsics import intrinsics
 from .. import nodes as ir
+from ..intrinsics import intrinsics
 from ..types import ArrayType, Type, bf16, f32
 from ..visit import Transformer, walk
 from .common import all_functions, clone_program

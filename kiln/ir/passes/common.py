@@ -6,8 +6,8 @@ import copy
 import dataclasses
 from typing import Any, TypeVar
 
-from ...framework.intrinsics import intrinsics
 from .. import nodes as ir
+from ..intrinsics import intrinsics
 from ..visit import children, walk
 
 N = TypeVar("N")

@@ -2,7 +2,7 @@
 whole block, and every warp operation (`shuffle`, `vote_any`, ...) by its whole warp.
 
 Each expression and local gets a variance in the lattice UNIFORM < BLOCK < THREAD
-(`kiln.framework.intrinsics.Variance`):
+(`kiln.ir.intrinsics.Variance`):
 - constants, parameters of the kernel and array dimensions are UNIFORM;
 - intrinsics take their registry variance (None: the join of their arguments);
 - a load from a global or shared array is at least BLOCK (a shared array differs per block),
@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ...framework.intrinsics import Variance, intrinsics
-from ...lang.errors import ConvergenceError
+from ...errors import ConvergenceError
 from .. import nodes as ir
 from ..enums import MemorySpace
+from ..intrinsics import Variance, intrinsics
 from ..types import ArrayType
 from .common import child_blocks, child_exprs, line_of
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
-from ...framework.intrinsics import intrinsics
-from ...lang.errors import DeviceFeatureError
+from ...errors import DeviceFeatureError
 from .. import nodes as ir
 from ..enums import MemorySpace
+from ..intrinsics import intrinsics
 from ..types import ArrayType, ScalarType, Type, bf16, f16, f64
 from ..visit import walk
 from .common import all_functions

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...lang.errors import UnsupportedError
+from ...errors import UnsupportedError
 from .. import nodes as ir
 from ..types import ArrayType, Type, bool_
 from ..visit import Transformer, walk

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...lang.errors import RecursionDepthError
+from ...errors import RecursionDepthError
 from .. import nodes as ir
 from ..types import ArrayType, VoidType, i32
 from ..visit import Transformer, walk

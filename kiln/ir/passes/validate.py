@@ -11,10 +11,10 @@ from typing import NoReturn
 
 import numpy as np
 
-from ...framework.intrinsics import IntrinsicTypeError, intrinsics, typing_of
-from ...lang.errors import KernelError, UnsupportedError
+from ...errors import KernelError, UnsupportedError
 from .. import nodes as ir
 from ..enums import MemorySpace
+from ..intrinsics import IntrinsicTypeError, intrinsics, typing_of
 from ..types import (
     COMPONENTS,
     ArrayType,

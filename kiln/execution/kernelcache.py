@@ -3,7 +3,7 @@
 The compile cache's key (`cache.cache_key`, the *source key*) covers the generated source,
 so finding a binary by it needs the frontend, the IR passes and code generation first
 (milliseconds of Python). The *kernel key* covers what those steps read instead: kiln's own
-code, the kernel's source and everything it can see (`kiln.lang.fingerprint`), the
+code, the kernel's source and everything it can see (`kiln.execution.fingerprint`), the
 argument types (constexpr values included), the device's capabilities, its backend's build
 identity and intrinsic implementations, and the kernel's options. Under it, a JIT backend
 that opts in (`JITBackend.export_code` / `import_code`) keeps the lowered program, the
@@ -37,17 +37,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..framework.backend import Capabilities, JITBackend
+from ..framework.cache import CompileCache
+from ..ir.intrinsics import intrinsics
 from ..ir.nodes import Program
 from ..ir.types import SCALAR_BY_NAME, ScalarType, StructType, Type
-from ..lang.fingerprint import NotFingerprintable, fingerprint, type_fingerprint
 from ..options import KernelOptions
-from .backend import Capabilities, JITBackend
-from .cache import CompileCache
-from .intrinsics import intrinsics
+from .fingerprint import NotFingerprintable, fingerprint, type_fingerprint
 
 if TYPE_CHECKING:
-    from ..lang.kernel import Kernel
     from ..runtime.device import Device
+    from .kernel import Kernel
 
 SUFFIX = ".kernel"
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -112,7 +112,7 @@ class KernelKey:
 
 def kernel_key(kernel: Kernel, arg_types: Sequence[Type], device: Device) -> KernelKey | None:
     """The kernel key for one launch signature, or None when the device's backend does not
-    export code or the kernel reads something `kiln.lang.fingerprint` cannot fingerprint."""
+    export code or the kernel reads something `kiln.execution.fingerprint` cannot fingerprint."""
     backend = device.backend
     if not isinstance(backend, JITBackend) \
             or type(backend).export_code is JITBackend.export_code:

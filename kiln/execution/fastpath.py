@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import LaunchError
 from ..ir.types import ConstexprType, ScalarType, Type
-from ..lang.errors import LaunchError
 from ..runtime.array import DeviceArray
 
 if TYPE_CHECKING:
-    from ..lang.kernel import Kernel
     from ..runtime.device import Device
     from .executor import BoundLaunch
+    from .kernel import Kernel
 
 Plan = Callable[[Sequence[Any]], bool]
 _SCALAR_TYPES = (bool, int, float, np.generic)

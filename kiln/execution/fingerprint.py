@@ -34,9 +34,9 @@ from ..ir.types import (
     VectorType,
     VoidType,
 )
-from .builtins import KernelOnly
-from .records import Variant, field_defaults, kiln_type_of
-from .source import ParsedFunction, parse_function
+from ..lang.builtins import KernelOnly
+from ..lang.records import Variant, field_defaults, kiln_type_of
+from ..lang.source import ParsedFunction, parse_function
 
 if TYPE_CHECKING:
     from .kernel import _Compilable

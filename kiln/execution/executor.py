@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import LaunchError
+from ..framework.backend import Dim3, ExecutionModel
 from ..ir.analysis import written_params
 from ..ir.nodes import Program
 from ..ir.types import (
@@ -26,19 +28,17 @@ from ..ir.types import (
     is_aggregate,
     literal_type,
 )
-from ..lang.errors import LaunchError
 from ..lang.records import argument_error, kiln_type_of, lowered_arguments
 from ..runtime.array import DeviceArray, DeviceArrayView, stage_host
 from ..runtime.device import Device, Stream
 from ..runtime.interop import adopt
 from ..runtime.selection import device as resolve_device
 from ..runtime.status import StatusWatch
-from .backend import Dim3, ExecutionModel
 from .fastpath import remember, try_plan
 from .kernelcache import kernel_key
 
 if TYPE_CHECKING:
-    from ..lang.kernel import Kernel
+    from .kernel import Kernel
 
 
 @dataclass
@@ -169,7 +169,7 @@ def specialize(kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> S
     """Build (or fetch from the kernel's cache) the routine for one signature and device.
 
     A JIT backend's kernel is first looked up on disk by its kernel key
-    (`kiln.framework.kernelcache`): a hit skips the frontend, the passes and code generation.
+    (`kiln.execution.kernelcache`): a hit skips the frontend, the passes and code generation.
     """
     backend = device.backend
     key = (arg_types, device.name, backend.build_identity(device))
@@ -303,7 +303,7 @@ def adopt_foreign(args: Sequence[Any]) -> Sequence[Any]:
     memory, through the adopters backends register (`kiln.runtime.interop`)."""
     if all(isinstance(a, _NATIVE_ARGS) for a in args):
         return args
-    from .registry import registry
+    from ..framework.registry import registry
 
     registry.entries()  # backends register their adopters on import
     return tuple(a if isinstance(a, _NATIVE_ARGS) else adopt(a) or a for a in args)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from ..ir.types import (
+from .types import (
     ArrayType,
     ScalarType,
     Type,

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import LaunchError
 from ..ir.types import literal_type
-from ..lang.errors import LaunchError
 from ..options import KernelOptions
-from .array import DeviceArray
-from .device import Device, Stream
-from .selection import device as resolve_device
+from ..runtime.array import DeviceArray
+from ..runtime.device import Device, Stream
+from ..runtime.selection import device as resolve_device
 
 
 class RawKernel:
@@ -56,7 +56,7 @@ class RawKernel:
 
     def launch(self, grid: Any, block: Any, args: Sequence[Any],
                device: Device | str | None = None, stream: Stream | None = None) -> None:
-        from ..framework.executor import adopt_foreign, as_dim3, validate_dims
+        from .executor import adopt_foreign, as_dim3, validate_dims
 
         args = adopt_foreign(args)
         dev = (stream.device if stream is not None else resolve_device(device or

@@ -8,17 +8,17 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..errors import KernelError, LaunchError
 from ..ir.nodes import Loc
 from ..ir.types import Type
 from ..options import KernelOptions
-from .errors import KernelError, LaunchError
 
 if TYPE_CHECKING:
     from ..framework.backend import Backend
-    from ..framework.executor import Specialization
-    from ..framework.fastpath import PreparedLaunch
     from ..ir.nodes import Program
     from ..runtime.device import Device, Stream
+    from .executor import Specialization
+    from .fastpath import PreparedLaunch
 
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_LAUNCHERS = 64
@@ -52,7 +52,7 @@ class _Compilable:
     def signature(self) -> list[tuple[str, Type | None]]:
         """Parameter names with their annotated kiln types (None where unannotated)."""
         if self._signature is None:
-            from .resolve import parameter_types
+            from ..lang.resolve import parameter_types
 
             self._signature = parameter_types(self.pyfunc)
         return self._signature
@@ -71,7 +71,7 @@ class Kernel(_Compilable):
     def __init__(self, pyfunc: Callable[..., Any], options: KernelOptions) -> None:
         super().__init__(pyfunc, options)
         self.specializations: dict[Any, Specialization] = {}
-        self.launch_plans: dict[Any, Callable[..., bool]] = {}  # see framework.fastpath
+        self.launch_plans: dict[Any, Callable[..., bool]] = {}  # see execution.fastpath
         self._launchers: dict[Any, Launcher] = {}
         self._programs: dict[tuple[Type, ...], Program] = {}
         self.frontend_runs = 0
@@ -112,7 +112,7 @@ class Kernel(_Compilable):
         program = self._programs.get(arg_types)
         if program is None:
             from ..ir.passes import check_program
-            from .frontend import build_program
+            from ..lang.frontend import build_program
 
             self.frontend_runs += 1
             program = check_program(build_program(self.pyfunc, arg_types, kernel=True))
@@ -149,15 +149,15 @@ class Kernel(_Compilable):
     def prepare(self, grid: Any, block: Any, *args: Any, device: Device | str | None = None,
                 stream: Stream | None = None) -> PreparedLaunch:
         """Check and pack a launch once; calling the result launches it again, unchecked."""
-        from ..framework.fastpath import prepare
+        from .fastpath import prepare
 
         return prepare(self, grid, block, args, device, stream)
 
     @_user_facing
     def compile(self, device: Device | str | None = None, *types: Type) -> Specialization:
         """Compile ahead of a launch."""
-        from ..framework.executor import specialize
         from ..runtime.selection import device as resolve_device
+        from .executor import specialize
 
         return specialize(self, self._types(types), resolve_device(device))
 
@@ -172,9 +172,9 @@ class Launcher:
         self.plan: Callable[..., bool] | None = None
 
     def __call__(self, *args: Any) -> None:
-        plan = self.plan  # the fast path (framework.fastpath); it declines what it cannot run
+        plan = self.plan  # the fast path (execution.fastpath); it declines what it cannot run
         if plan is None or not plan(args):
-            from ..framework.executor import launch as execute_launch
+            from .executor import launch as execute_launch
 
             try:
                 execute_launch(self.kernel, self.grid, self.block, args, None, self.stream)
@@ -203,9 +203,9 @@ def launch(kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[A
            dim: Any = None) -> None:
     """Launch `kernel` on a grid of `grid` blocks of `block` threads, or with `dim=n` (an int
     or a shape) one thread per element, the block chosen for the device."""
-    from ..framework.executor import launch as execute_launch
-    from ..framework.executor import pick_device
     from ..framework.sizing import as_shape, grid_and_block
+    from .executor import launch as execute_launch
+    from .executor import pick_device
 
     if dim is None:
         if grid is None or block is None:

@@ -1,10 +1,27 @@
-"""Errors raised for user mistakes: in kernels (KernelError) and at launches (LaunchError)."""
+"""Errors raised for user mistakes: in kernels (KernelError) and at launches (LaunchError),
+and the source location (`Loc`) a kernel error points at.
+
+The bottom of the layer stack (docs/architecture.md): every layer raises these, so this
+module imports nothing of kiln.
+"""
 
 from __future__ import annotations
 
 import linecache
+from dataclasses import dataclass
 
-from ..ir.nodes import Loc
+
+@dataclass(frozen=True)
+class Loc:
+    """A position in user source: 1-based line, 0-based column."""
+
+    file: str
+    line: int
+    col: int
+    end_col: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col + 1}"
 
 
 class KernelError(Exception):
