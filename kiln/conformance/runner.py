@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..lang.errors import DeviceFeatureError
+from ..errors import DeviceFeatureError
 from ..runtime.device import Device
 from ..runtime.selection import device as resolve_device
 from .registry import Case, Skipped, all_cases
