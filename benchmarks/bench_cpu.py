@@ -21,7 +21,15 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from common import backend_device, fresh_cache_dir, load_kernel, median_ms, ratio, versions
+from common import (
+    backend_device,
+    fresh_cache_dir,
+    load_kernel,
+    median_ms,
+    quick,
+    ratio,
+    versions,
+)
 
 import kiln
 from kiln import f32
@@ -153,6 +161,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer runs")
     args = parser.parse_args()
+    args.quick = args.quick or quick()  # kiln bench --quick
     dev = backend_device("cpu", "bench_cpu")
     if dev is None:
         return 0

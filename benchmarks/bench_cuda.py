@@ -29,6 +29,7 @@ from common import (
     kiln_event_median_ms,
     load_kernel,
     markdown_table,
+    quick,
     ratio,
     timed_ms,
 )
@@ -637,6 +638,7 @@ def main() -> int:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--markdown", help="write the table here")
     args = parser.parse_args()
+    args.quick = args.quick or quick()  # kiln bench --quick
     if backend_device("cuda", "bench_cuda") is None:
         return 0
     env = environment()

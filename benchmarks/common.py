@@ -6,6 +6,7 @@ Imported by the `bench_*.py` scripts beside it (run as scripts, so this folder i
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -31,6 +32,23 @@ def backend_device(name: str, script: str) -> kiln.Device | None:
         print(f"{script}: skipped, the {name} backend is unavailable: {entry.reason}")
         return None
     return kiln.device(name)
+
+
+def quick() -> bool:
+    """Whether `kiln bench --quick` asked for small sizes and few runs."""
+    return os.environ.get("KILN_BENCH_QUICK") == "1"
+
+
+def record(benchmark: str, implementation: str, size: int, throughput: float,
+           unit: str) -> None:
+    """Keep one measurement for `kiln bench --plot` (a JSON line appended to the file that
+    KILN_BENCH_RECORD names; nothing without it). `implementation` is e.g. "kiln cpu" or
+    "numpy"; `size` is the problem size the x axis shows."""
+    path = os.environ.get("KILN_BENCH_RECORD")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"benchmark": benchmark, "implementation": implementation,
+                                "size": size, "throughput": throughput, "unit": unit}) + "\n")
 
 
 def versions() -> str:

@@ -10,9 +10,12 @@ import argparse
 import ast
 import importlib.util
 import os
+import platform
 import re
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -340,19 +343,47 @@ def benchmarks_dir() -> Path:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run each benchmark script (benchmarks/bench_*.py in a checkout), on one backend if
-    asked."""
+    asked, saying which is running; with --plot, draw what they measured."""
+    from . import benchplot
+
     folder = benchmarks_dir()
-    scripts = sorted(folder.glob("bench_*.py"))
+    scripts = [s for s in sorted(folder.glob("bench_*.py")) if not args.only
+               or any(part in s.stem for part in args.only.split(","))]
     if not scripts:
-        raise UsageError(f"no benchmark scripts in {folder} (benchmarks ship with a checkout)")
+        raise UsageError(f"no benchmark scripts in {folder}" + (
+            f" match --only {args.only!r}" if args.only else
+            " (benchmarks ship with a checkout)"))
     env = dict(os.environ)
     if args.backend:
         backend_named(args.backend)
         env["KILN_BACKEND"] = args.backend
+    if args.quick:
+        env["KILN_BENCH_QUICK"] = "1"
+    plot_path = Path(args.plot) if args.plot else None
     status = 0
-    for script in scripts:
-        out.print(f"[bold]{script.name}[/bold]")
-        status |= subprocess.call([sys.executable, str(script)], env=env)
+    with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
+        if plot_path is not None:
+            try:
+                benchplot.check_target(plot_path)
+            except benchplot.PlotError as exc:
+                raise UsageError(str(exc)) from None
+            env["KILN_BENCH_RECORD"] = str(Path(tmp) / "records.jsonl")
+        for number, script in enumerate(scripts, 1):
+            start = time.perf_counter()
+            out.print(f"[bold][{number}/{len(scripts)}] {script.name}[/bold]")
+            code = subprocess.call([sys.executable, str(script)], env=env)
+            status |= code
+            out.print(f"[dim][{number}/{len(scripts)}] {script.name}: "
+                      f"{'done' if code == 0 else f'failed ({code})'} in "
+                      f"{time.perf_counter() - start:.0f} s[/dim]")
+        if plot_path is not None:
+            records = benchplot.read_records(Path(env["KILN_BENCH_RECORD"]))
+            title = f"kiln bench, {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}"
+            try:
+                benchplot.plot(records, plot_path, title)
+            except benchplot.PlotError as exc:
+                raise UsageError(str(exc)) from None
+            out.print(f"plotted {len(records)} measurements to {plot_path}")
     return status
 
 
@@ -432,6 +463,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", dest="select", help="only tests matching this pytest -k expression")
     p = command("bench", cmd_bench, "run the benchmark scripts in benchmarks/")
     p.add_argument("--backend", "-b", help="run on this backend (sets KILN_BACKEND)")
+    p.add_argument("--only", metavar="NAMES",
+                   help="only the scripts whose names contain one of these (comma-separated)")
+    p.add_argument("--quick", action="store_true", help="small sizes and few runs")
+    p.add_argument("--plot", metavar="FILE.png|svg",
+                   help="draw throughput against size per backend, peers beside kiln "
+                        "(needs kiln[plot])")
     p = command("cache", cmd_cache, "show or clear the on-disk compile cache")
     p.add_argument("action", choices=("info", "clear"), nargs="?", default="info")
     p.add_argument("--backend", "-b", help="clear only this backend's entries")

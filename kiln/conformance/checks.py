@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import io
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -85,3 +91,26 @@ def assert_permutation(actual: Sequence[Any] | np.ndarray, expected: Sequence[An
         extra = np.setdiff1d(a, e)[:5]
         raise AssertionError(f"{what}: not a permutation of the expected {e.size} value(s); "
                              f"missing e.g. {missing.tolist()}, unexpected e.g. {extra.tolist()}")
+
+
+@contextmanager
+def captured_stdout() -> Iterator[list[str]]:
+    """What is written to stdout inside the block, as lines once it ends: to Python's
+    `sys.stdout` and to file descriptor 1 (C's printf, a driver's device printf)."""
+    from ..runtime.stdio import flush
+
+    lines: list[str] = []
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile(mode="w+b") as sink, \
+            contextlib.redirect_stdout(io.StringIO()) as python_out:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield lines
+        finally:
+            flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+            sink.seek(0)
+            lines += sink.read().decode(errors="replace").splitlines()
+            lines += python_out.getvalue().splitlines()

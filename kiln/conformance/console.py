@@ -53,14 +53,26 @@ def check_command(backend_name: str, select: str | None = None,
     if total == 0:
         console.print(f"[bold red]kiln check:[/] no conformance case matches {select!r}")
         return 2
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  console=console, transient=True) as progress:
-        task = progress.add_task(f"checking {device.name}", total=total)
+    if not console.is_terminal:  # a log (CI, a pipe): one line per case, as it finishes
+        done = 0
 
-        def advance(result: CaseResult) -> None:
-            progress.update(task, advance=1, description=f"{device.name}: {result.name}")
+        def log(result: CaseResult) -> None:
+            nonlocal done
+            done += 1
+            console.print(f"[{done}/{total}] {device.name} {result.name}: "
+                          f"{result.status.value} ({result.seconds:.2f} s)", markup=False,
+                          highlight=False)
 
-        report = run_suite(device, select=select, on_result=advance)
+        report = run_suite(device, select=select, on_result=log)
+    else:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      console=console, transient=True) as progress:
+            task = progress.add_task(f"checking {device.name}", total=total)
+
+            def advance(result: CaseResult) -> None:
+                progress.update(task, advance=1, description=f"{device.name}: {result.name}")
+
+            report = run_suite(device, select=select, on_result=advance)
     console.print(report_table(report))
     console.print(summary(report))
     return 0 if report.ok else 1

@@ -51,6 +51,7 @@ from ..ir.types import (
 from . import builtins as kb
 from .aggregates import AggregateBuilder, is_value_type
 from .native import build_native
+from .printing import build_print
 from .records import Variant, kiln_type_of
 from .resolve import StaticResolver, annotation_type
 from .source import ParsedFunction, parse_function
@@ -217,6 +218,8 @@ class FunctionBuilder(AggregateBuilder):
                 func, (ast.Name, ast.Attribute)) else self.resolver.try_resolve(func)
             if called is kb.native:
                 return [build_native(self, node.value)]
+            if called is print:
+                return build_print(self, node.value)
             if called is kb.store:
                 return [self.wide_store(node.value)]
             expr = self.call(node.value, statement=True)
@@ -976,7 +979,8 @@ class FunctionBuilder(AggregateBuilder):
             raise UnsupportedError("kernels do not support *args or **kwargs in calls", loc)
         fn = self.resolver.resolve(node.func, self.loc(node.func))
         if fn is print:
-            raise UnsupportedError("print is not supported in kernels", loc)
+            raise UnsupportedError("print(...) is a statement of its own; it has no value",
+                                   loc)
         if isinstance(fn, type) and issubclass(fn, np.generic):
             fn = SCALAR_BY_DTYPE.get(np.dtype(fn), fn)
         if fn in (int, float, bool):

@@ -6,6 +6,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from .status import StatusWatch, raise_failed
+from .stdio import flush as flush_c_stdout
 
 if TYPE_CHECKING:
     from ..framework.backend import Backend, Capabilities
@@ -40,6 +41,7 @@ class Device:
     def synchronize(self) -> None:
         """Wait for all work queued on this device (and raise a failed run-time check)."""
         self.backend.synchronize_device(self)
+        flush_c_stdout()
         raise_failed([watch for stream in list(self.streams) for watch in stream.take_pending()])
 
 
@@ -57,6 +59,7 @@ class Stream:
     def synchronize(self) -> None:
         """Wait for the work queued on this stream (and raise a failed run-time check)."""
         self.device.backend.synchronize_stream(self.handle)
+        flush_c_stdout()
         raise_failed(self.take_pending())
 
     def take_pending(self) -> list[StatusWatch]:
@@ -93,6 +96,7 @@ class Event:
         """Wait for the work before the event (and raise a failed run-time check of the
         launches before it; reading their status waits for the stream's work)."""
         self.device.backend.synchronize_event(self.handle)
+        flush_c_stdout()
         watches, self._watches = self._watches, []
         raise_failed(watches)
 

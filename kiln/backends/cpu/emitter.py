@@ -48,6 +48,7 @@ PROLOGUE = """\
 #include <stdint.h>
 #include <stdbool.h>
 #include <string.h>
+#include <stdio.h>
 #include <math.h>
 
 /* kiln_block_dim_x, _y, _z: the block shape, defined on the compiler's command line. */

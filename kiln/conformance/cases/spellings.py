@@ -1,14 +1,14 @@
 """What a Numba or NumPy user writes without thinking: NumPy's spellings of the math
-intrinsics and casts, and vectors indexed like tuples (`v[1]`, `v[-1]`)."""
+intrinsics and casts, vectors indexed like tuples (`v[1]`, `v[-1]`), and `print`."""
 
 from __future__ import annotations
 
 import numpy as np
 
 import kiln
-from kiln import f32, f32x3, i32, i32x4
+from kiln import f32, f32x3, i32, i32x4, i64
 
-from ..checks import assert_close, assert_equal, rng, run
+from ..checks import assert_close, assert_equal, captured_stdout, rng, run
 from ..registry import case
 
 
@@ -70,3 +70,25 @@ def vector_indexing(device):
     assert_close(out[:, 0], vs[:, 1] * 2 + vs[:, 2] + 1, "v[0] + v[2]", rtol=1e-6)
     assert_equal(out[:, 1], vs[:, 1], "vs[i][1]")
     assert_equal(out[:, 2], (ks[:, 3] - ks[:, 0]).astype(np.float32), "k[3] - k[0]")
+
+
+@kiln.kernel
+def print_values(a: f32[:], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        print("item", i, "of", n, ': 100% {i} "q"', a[i], a[i] > 1.0, i64(i) - 3, sep=" ",
+              end=";\n")
+
+
+@case()
+def print_in_kernels(device):
+    """print(...) in a kernel: one whole line per thread on the process's stdout by the
+    next synchronisation, formatted alike on every backend."""
+    values = np.array([0.5, 1.25, -3.0, 1e10, 7.0], np.float32)
+    with captured_stdout() as lines:
+        run(device, print_values, 2, 4, values, len(values))
+    expected = {f'item {i} of 5 : 100% {{i}} "q" {float(v):g} {bool(v > 1.0)} {i - 3};'
+                for i, v in enumerate(values)}
+    printed = [line for line in lines if line.startswith("item ")]
+    if sorted(printed) != sorted(expected):
+        raise AssertionError(f"printed {printed}, expected (in any order) {sorted(expected)}")
