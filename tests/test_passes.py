@@ -26,6 +26,7 @@ from kiln.ir.passes import (
     default_pipeline,
     device_feature_check,
     fold_constants,
+    inline_aggregate_returns,
     inline_functions,
     lower_aggregates,
     lower_bf16,
@@ -776,17 +777,17 @@ class FakeDevice:
 
 
 def test_pipelines() -> None:
-    assert default_pipeline() == [lower_aggregates, lower_bf16, fold_constants,
-                                  remove_dead_code]
+    assert default_pipeline() == [inline_aggregate_returns, lower_aggregates, lower_bf16,
+                                  fold_constants, remove_dead_code]
     assert pipeline_for(None) == default_pipeline()
-    inlining = pipeline_for(None, inline=True)  # recursion bounded ([1]) before inlining
-    assert [inlining[0], *inlining[2:]] == [*default_pipeline(), inline_functions]
-    assert pipeline_for(FakeDevice())[2:] == default_pipeline()[1:]  # type: ignore[arg-type]
+    inlining = pipeline_for(None, inline=True)  # recursion bounded ([2]) before inlining
+    assert [*inlining[:2], *inlining[3:]] == [*default_pipeline(), inline_functions]
+    assert pipeline_for(FakeDevice())[3:] == default_pipeline()[2:]  # type: ignore[arg-type]
     passes = pipeline_for(FakeDevice(), inline=True)  # type: ignore[arg-type]
-    assert passes[0] is lower_aggregates
-    assert passes[3:] == [lower_bf16, fold_constants, remove_dead_code, inline_functions]
+    assert passes[:2] == [inline_aggregate_returns, lower_aggregates]
+    assert passes[4:] == [lower_bf16, fold_constants, remove_dead_code, inline_functions]
     with pytest.raises(kiln.DeviceFeatureError):
-        passes[1](uses_f64.program((f32[:],)))
+        passes[2](uses_f64.program((f32[:],)))
 
 
 # ---------------------------------------------------------------- inlining, run

@@ -17,7 +17,7 @@ from ..execution.kernel import Kernel
 from ..ir import nodes as ir
 from ..ir.intrinsics import intrinsics
 from ..ir.nodes import Program
-from ..ir.passes import lower_aggregates
+from ..ir.passes import inline_aggregate_returns, lower_aggregates
 from ..ir.passes.validate import BINOPS, COMPARES, UNARY
 from ..ir.visit import walk
 from .registry import declared_signatures
@@ -88,5 +88,5 @@ def suite_coverage() -> Coverage:
     for kernel in conformance_kernels():
         for program in kernel_programs(kernel):
             coverage.add(program)
-            coverage.add(lower_aggregates(program))
+            coverage.add(lower_aggregates(inline_aggregate_returns(program)))
     return coverage

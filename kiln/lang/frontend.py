@@ -276,11 +276,11 @@ class FunctionBuilder(AggregateBuilder):
 
     def assign_tuple(self, target: ast.Tuple, value_node: ast.expr,
                      stmt: ast.stmt) -> list[ir.Stmt]:
-        if not isinstance(value_node, ast.Tuple) or len(value_node.elts) != len(target.elts):
-            raise UnsupportedError("tuple assignment needs a tuple of the same length on the "
-                                   "right", self.loc(value_node))
-        values = [self.expr(v) for v in value_node.elts]
         out: list[ir.Stmt] = []
+        if isinstance(value_node, ast.Tuple) and len(value_node.elts) == len(target.elts):
+            values = [self.expr(v) for v in value_node.elts]
+        else:
+            values = self.unpacked(value_node, len(target.elts), out)
         temps = []
         for v in values:  # evaluate every right-hand side before assigning (a, b = b, a)
             name = self.temp(v.type)
@@ -297,6 +297,22 @@ class FunctionBuilder(AggregateBuilder):
                 raise UnsupportedError("can only assign to names and array elements",
                                        self.loc(t_node))
         return out
+
+    def unpacked(self, node: ast.expr, count: int, out: list[ir.Stmt]) -> list[ir.Expr]:
+        """The items of a tuple a device function returned (`x, y = f(a)`), read from a
+        temporary that `out` gets."""
+        value = None if isinstance(node, ast.Tuple) else self.expr(node)
+        t = value.type if value is not None else None
+        if not (isinstance(t, StructType) and t.name.startswith("tuple[")):
+            raise UnsupportedError("tuple assignment needs a tuple of the same length on the "
+                                   "right, or a call of a device function returning one",
+                                   self.loc(node))
+        if len(t.fields) != count:
+            raise KernelTypeError(f"cannot unpack a {t} into {count} names", self.loc(node))
+        name = self.temp(t)
+        out.append(ir.Assign(name, value, loc=self.loc(node)))
+        return [ir.Field(ft, ir.Var(t, name, loc=self.loc(node)), fname, loc=self.loc(node))
+                for fname, ft in t.fields]
 
     def assign_name(self, name: str, value: ir.Expr, target: ast.AST,
                     compound: bool) -> ir.Stmt:
@@ -630,9 +646,14 @@ class FunctionBuilder(AggregateBuilder):
                                   self.loc(node.value))
         if self.is_tail_call(node.value):
             return self.tail_call(node.value)
-        value = self.expr(node.value)
+        value = (self.tuple_value(node.value) if isinstance(node.value, ast.Tuple)
+                 else self.expr(node.value))
+        if not is_value_type(value.type):
+            raise KernelTypeError(f"{self.name} returns a {value.type}: device functions "
+                                  "return scalars, vectors, records, variants and tuples of "
+                                  "them (write arrays in place)", self.loc(node.value))
         if not isinstance(value.type, ScalarType):
-            raise UnsupportedError("device functions return scalars", self.loc(node.value))
+            return [self.aggregate_return(value, node)]
         if self.return_fixed:
             return [ir.Return(self.convert(value, self.return_type, loc,  # type: ignore
                                            what=f"the return value of {self.name}"), loc=loc)]
@@ -646,6 +667,33 @@ class FunctionBuilder(AggregateBuilder):
                 self.return_type = new
                 raise _Retry
         return [ir.Return(self.cast(value, self.return_type), loc=loc)]  # type: ignore
+
+    def aggregate_return(self, value: ir.Expr, node: ast.Return) -> ir.Stmt:
+        """`return v` of a vector, record, variant or tuple: one type on every path."""
+        loc = self.loc(node)
+        if self.return_fixed:
+            return ir.Return(self.convert(value, self.return_type, loc,  # type: ignore
+                                          what=f"the return value of {self.name}"), loc=loc)
+        if self.return_type is None:
+            self.return_type = value.type
+        elif self.return_type != value.type:
+            raise KernelTypeError(f"{self.name} returns a {value.type} here but "
+                                  f"{self.return_type or 'no value'} elsewhere",
+                                  self.loc(node.value))
+        return ir.Return(value, loc=loc)
+
+    def tuple_value(self, node: ast.Tuple) -> ir.Expr:
+        """`(a, b)` returned by a device function: an anonymous record with fields _0, _1,
+        ..., which the caller unpacks (`x, y = f()`)."""
+        values = [self.expr(v) for v in node.elts]
+        for v, elt in zip(values, node.elts):
+            if not is_value_type(v.type) or isinstance(v.type, StructType) \
+                    and v.type.name.startswith("tuple["):
+                raise KernelTypeError(f"a returned tuple holds scalars, vectors, records and "
+                                      f"variants, not a {v.type}", self.loc(elt))
+        t = StructType(f"tuple[{', '.join(str(v.type) for v in values)}]",
+                       tuple((f"_{i}", v.type) for i, v in enumerate(values)))
+        return ir.Construct(t, values, loc=self.loc(node))
 
     def is_self_call(self, node: ast.expr) -> bool:
         if not isinstance(node, ast.Call) or self.is_local(node.func):

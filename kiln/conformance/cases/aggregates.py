@@ -376,3 +376,65 @@ def variant_tag_reads(device):
     run(device, variant_tags, 1, 64, Shape.array(values), out, len(values))
     expected = np.stack([tags, tags == 1, tags == 2, tags * 10], axis=1).astype(np.int32)
     assert_equal(out, expected, "tags")
+
+
+@kiln.func
+def polar(x: f32, y: f32):
+    r = kiln.sqrt(x * x + y * y)
+    if r == 0.0:
+        return f32(0.0), f32(0.0)  # an early return of a tuple
+    return r, kiln.atan2(y, x)
+
+
+@kiln.func
+def scaled(v: f32x3, k: f32) -> f32x3:
+    if k < 0.0:
+        return -v * (-k)
+    return v * k
+
+
+@kiln.func
+def step_of(p: Vec2, dt: f32) -> Vec2:
+    return Vec2(p.x + dt, p.y * 2.0)
+
+
+@kiln.func
+def shape_for(i: i32) -> Shape:
+    if i % 3 == 0:
+        return Circle(f32(i))
+    if i % 3 == 1:
+        return Rect(f32(i), 2.0)
+    return Empty()
+
+
+@kiln.kernel
+def aggregate_results(xy: f32[:, :], vs: f32x3[:], out: f32[:, :], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        r, theta = polar(xy[i, 0], xy[i, 1])
+        out[i, 0] = r
+        out[i, 1] = theta
+        out[i, 2] = scaled(vs[i], f32(i) - 2.0).z      # a returned vector in an expression
+        p = step_of(Vec2(xy[i, 0], xy[i, 1]), 0.5)
+        out[i, 3] = p.x + p.y
+        out[i, 4] = area(shape_for(i))                   # a returned variant, passed on
+
+
+@case()
+def aggregate_returns(device):
+    """Device functions return tuples (unpacked by the caller), vectors, records and
+    variants, early returns included."""
+    n = 9
+    r = rng(63)
+    xy = r.uniform(-1, 1, (n, 2)).astype(np.float32)
+    xy[4] = 0.0
+    vs = r.random((n, 3), np.float32)
+    out = np.zeros((n, 5), np.float32)
+    run(device, aggregate_results, 1, 32, xy, vs, out, n)
+    k = np.arange(n, dtype=np.float32) - 2
+    areas = [3.0 * i * i if i % 3 == 0 else 2.0 * i if i % 3 == 1 else -1.0 for i in range(n)]
+    radius = np.hypot(xy[:, 0], xy[:, 1])
+    expected = np.stack([radius, np.where(radius == 0, 0, np.arctan2(xy[:, 1], xy[:, 0])),
+                         vs[:, 2] * k,  # both branches of scaled are v * k
+                         xy[:, 0] + 0.5 + xy[:, 1] * 2, areas], axis=1)
+    assert_close(out, expected, "out", rtol=1e-5, atol=1e-6)

@@ -18,7 +18,7 @@ from .convergence import check_convergence
 from .dead_code import remove_dead_code
 from .features import device_feature_check
 from .fold import fold_constants
-from .inline import inline_functions
+from .inline import inline_aggregate_returns, inline_functions
 from .recursion import bound_recursion
 from .validate import InternalError, validate
 from .warps import lower_single_lane_warps
@@ -30,8 +30,9 @@ Pass = Callable[[Program], Program]
 
 __all__ = [
     "InternalError", "Pass", "bound_recursion", "check_program", "default_pipeline",
-    "device_feature_check", "fold_constants", "inline_functions", "lower_aggregates", "lower_bf16",
-    "lower_single_lane_warps", "pipeline_for", "remove_dead_code",
+    "device_feature_check", "fold_constants", "inline_aggregate_returns", "inline_functions",
+    "lower_aggregates", "lower_bf16", "lower_single_lane_warps", "pipeline_for",
+    "remove_dead_code",
 ]
 
 
@@ -44,9 +45,11 @@ def check_program(program: Program) -> Program:
 
 
 def default_pipeline() -> list[Pass]:
-    """Records, variants and vectors lowered to scalars, bf16 arithmetic moved to f32,
-    constants folded, dead code gone."""
-    return [lower_aggregates, lower_bf16, fold_constants, remove_dead_code]
+    """Functions returning vectors, records or tuples inlined, then records, variants and
+    vectors lowered to scalars, bf16 arithmetic moved to f32, constants folded, dead code
+    gone."""
+    return [inline_aggregate_returns, lower_aggregates, lower_bf16, fold_constants,
+            remove_dead_code]
 
 
 def pipeline_for(device: Device | None, *, inline: bool = False) -> list[Pass]:
@@ -56,8 +59,8 @@ def pipeline_for(device: Device | None, *, inline: bool = False) -> list[Pass]:
     variants and vectors are lowered before anything else, so that the checks see scalars.
     Where the device's backend cannot recurse (or every call is inlined), recursive
     functions are inlined to the depth the user gives (`bound_recursion`)."""
-    lowering, *rest = default_pipeline()
-    passes: list[Pass] = [lowering]
+    returns, lowering, *rest = default_pipeline()
+    passes: list[Pass] = [returns, lowering]
     if device is not None:
         passes.append(device_feature_check(device.capabilities))
         if device.capabilities.warp_size == 1:

@@ -264,7 +264,9 @@ class _FunctionLowering:
                 return [ir.While(ir.Const(bool_, True), [*pre, stop, *self.body(body)],
                                  loc=s.loc)]
             case ir.Return(value=value) if value is not None and is_aggregate(value.type):
-                raise UnsupportedError("device functions return scalars", s.loc)
+                raise UnsupportedError("a device function returning a vector, record or "
+                                       "tuple is still called: run inline_aggregate_returns "
+                                       "before lower_aggregates", s.loc)
         for f in dataclasses.fields(s):
             value = getattr(s, f.name)
             if isinstance(value, ir.Expr):

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from ...errors import UnsupportedError
 from .. import nodes as ir
-from ..types import ArrayType, Type, bool_
+from ..types import ArrayType, Type, bool_, is_aggregate
 from ..visit import Transformer, walk
 from .common import child_blocks, child_exprs, clone, clone_program, has_side_effects
 
@@ -29,17 +29,33 @@ def inline_functions(program: ir.Program) -> ir.Program:
 
     Recursive functions cannot be inlined: UnsupportedError at the recursive call.
     """
+    return _inline(program, lambda _: True, "this backend inlines every device function")
+
+
+def inline_aggregate_returns(program: ir.Program) -> ir.Program:
+    """A new program in which no function returning a vector, record, variant or tuple is
+    called: their calls are inlined, so `lower_aggregates` sees their results as values
+    assigned to locals (every backend; such a function cannot recurse)."""
+    if not any(is_aggregate(f.return_type) for f in program.functions):
+        return program
+    return _inline(program, lambda f: is_aggregate(f.return_type),
+                   "device functions returning vectors, records or tuples are inlined")
+
+
+def _inline(program: ir.Program, wanted: Callable[[ir.Function], bool], why: str
+            ) -> ir.Program:
     program = clone_program(program)
+    names = {f.name for f in program.functions if wanted(f)}
     inlined: dict[str, ir.Function] = {}
+    kept = []
     for func in program.functions:
-        _Inliner(func, inlined).run()
-        inlined[func.name] = func
-    _Inliner(program.kernel, inlined).run()
-    return ir.Program(program.kernel, [], program.checks)
-
-
-def _has_call(node: ir.Expr | ir.Stmt | list[ir.Stmt]) -> bool:
-    return any(isinstance(n, ir.Call) for n in walk(node))
+        _Inliner(func, inlined, names, why).run()
+        if func.name in names:
+            inlined[func.name] = func
+        else:
+            kept.append(func)
+    _Inliner(program.kernel, inlined, names, why).run()
+    return ir.Program(program.kernel, kept, program.checks)
 
 
 def _stable(e: ir.Expr) -> bool:
@@ -62,10 +78,17 @@ def _map_exprs(node: ir.Expr | ir.Stmt, fn: Callable[[ir.Expr], ir.Expr]) -> Non
 
 
 class _Inliner:
-    def __init__(self, func: ir.Function, inlined: dict[str, ir.Function]) -> None:
+    def __init__(self, func: ir.Function, inlined: dict[str, ir.Function], names: set[str],
+                 why: str) -> None:
         self.func = func
         self.inlined = inlined
+        self.names = names  # the functions whose calls are inlined
+        self.why = why
         self.used = {p.name for p in func.params} | set(func.locals)
+
+    def has_call(self, node: ir.Expr | ir.Stmt | list[ir.Stmt]) -> bool:
+        """Whether `node` calls a function that is inlined."""
+        return any(isinstance(n, ir.Call) and n.func in self.names for n in walk(node))
 
     def run(self) -> None:
         self.func.body = self.block(self.func.body)
@@ -91,19 +114,19 @@ class _Inliner:
         return [out for s in body for out in self.stmt(s)]
 
     def stmt(self, s: ir.Stmt) -> list[ir.Stmt]:
-        if not _has_call(s):
+        if not self.has_call(s):
             return [s]
         pre: list[ir.Stmt] = []
         match s:
-            case ir.Assign(target=target, value=ir.Call() as call):
+            case ir.Assign(target=target, value=ir.Call() as call) if call.func in self.names:
                 args = self.operands(call.args, pre)
                 return [*pre, *self.expand(call, args, target)]
-            case ir.ExprStmt(expr=ir.Call() as call):
+            case ir.ExprStmt(expr=ir.Call() as call) if call.func in self.names:
                 args = self.operands(call.args, pre)
                 return [*pre, *self.expand(call, args, None)]
             case ir.Store():
                 s.value, *s.indices = self.operands([s.value, *s.indices], pre)
-            case ir.While(cond=cond) if _has_call(cond):
+            case ir.While(cond=cond) if self.has_call(cond):
                 test = self.lower(cond, pre)
                 leave = ir.If(ir.UnaryOp(bool_, "not", test, loc=cond.loc), [ir.Break(loc=s.loc)])
                 s.cond = ir.Const(bool_, True, loc=cond.loc)
@@ -122,7 +145,7 @@ class _Inliner:
     def operands(self, exprs: list[ir.Expr], pre: list[ir.Stmt]) -> list[ir.Expr]:
         """Lower operands evaluated left to right; those before the last one with a call
         are bound to temporaries unless a call cannot change them."""
-        last = max((i for i, e in enumerate(exprs) if _has_call(e)), default=-1)
+        last = max((i for i, e in enumerate(exprs) if self.has_call(e)), default=-1)
         out = []
         for i, e in enumerate(exprs):
             if i <= last:
@@ -134,15 +157,15 @@ class _Inliner:
 
     def lower(self, e: ir.Expr, pre: list[ir.Stmt]) -> ir.Expr:
         """`e` without calls; what the calls need is appended to `pre`."""
-        if not _has_call(e):
+        if not self.has_call(e):
             return e
         match e:
-            case ir.Call():
+            case ir.Call() if e.func in self.names:
                 args = self.operands(e.args, pre)
                 result = self.fresh(f"{e.func}_result", e.type)
                 pre += self.expand(e, args, result)
                 return ir.Var(e.type, result, loc=e.loc)
-            case ir.BoolOp(op=op, values=[first, *rest]) if _has_call(rest):
+            case ir.BoolOp(op=op, values=[first, *rest]) if self.has_call(rest):
                 acc = self.temp(self.lower(first, pre), pre, "cond")
                 for value in rest:
                     branch: list[ir.Stmt] = []
@@ -151,7 +174,7 @@ class _Inliner:
                     pre.append(ir.If(go_on, branch, loc=value.loc))
                 return acc
             case ir.Select(cond=cond, if_true=if_true, if_false=if_false) if (
-                    _has_call(if_true) or _has_call(if_false)):
+                    self.has_call(if_true) or self.has_call(if_false)):
                 test = self.lower(cond, pre)
                 result = self.fresh("select", e.type)
                 branches: list[list[ir.Stmt]] = [[], []]
@@ -169,9 +192,7 @@ class _Inliner:
         """Statements that run the callee with `args` and assign its result to `target`."""
         callee = self.inlined.get(call.func)
         if callee is None:
-            raise UnsupportedError(
-                f"`{call.func}` is recursive, and this backend inlines every device function",
-                call.loc)
+            raise UnsupportedError(f"`{call.func}` is recursive, and {self.why}", call.loc)
         renames: dict[str, ir.Var] = {}
         stmts: list[ir.Stmt] = []
         for param, arg in zip(callee.params, args):
