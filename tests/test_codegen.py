@@ -10,9 +10,11 @@ from conftest import marked_line
 
 import kiln
 from kiln import f32, i32, i64
+from kiln.backends.cpu import CpuEmitter
 from kiln.codegen import CEmitter, CExpr, NameTable, abi_values, compile_error, handles, kernel_abi
 from kiln.ir import nodes as ir
 from kiln.ir.intrinsics import INDEX_BASES, intrinsics
+from kiln.ir.passes import lower_thread_loops
 from kiln.ir.types import u32
 
 intrinsics.implement("gpu_test", {
@@ -45,7 +47,10 @@ def sample(x: f32[:, :], out: i64[:], n: i32):
 
 
 def emit(kernel: kiln.Kernel, dialect: type[CEmitter] = GpuDialect) -> str:
-    return dialect().emit(kernel.program(kernel._types(())))
+    program = kernel.program(kernel._types(()))
+    if issubclass(dialect, CpuEmitter):  # a dialect of explicit thread loops
+        program = lower_thread_loops(program)
+    return dialect().emit(program)
 
 
 def test_dialect_data_and_registry_spellings() -> None:
@@ -117,7 +122,6 @@ def test_shared_arrays_use_constant_strides() -> None:
 
 def test_compiler_errors_point_at_the_users_line() -> None:
     intrinsics.implement("broken_test", {"sqrt": "sqrtf({0}"})  # a dialect bug: unbalanced
-    from kiln.backends.cpu import CpuEmitter
     from kiln.backends.cpu.toolchain import compile_command, toolchain
 
     class Broken(CpuEmitter):

@@ -132,9 +132,6 @@ class CEmitter:
     reserved: ClassVar[frozenset[str]] = RESERVED
     half_math_via_float: ClassVar[bool] = True
     """Compute f16 math, `//`, `%` and `**` in f32 (cast in and out)."""
-    implicit_index_params: ClassVar[frozenset[str]] = frozenset()
-    """Index intrinsics passed to device functions that use them as hidden parameters
-    named `kiln_<intrinsic>` (cpu); the dialect spells those intrinsics by those names."""
     helpers: ClassVar[dict[str, HelperTemplate]] = C_HELPERS
     indent_unit: ClassVar[str] = "    "
     native_language: ClassVar[str] = "c"
@@ -162,7 +159,6 @@ class CEmitter:
         self._depth = 0
         self._pos: tuple[str, int] | None = None
         self._helpers_used: dict[str, str] = {}
-        self._index_uses = self._index_uses_of(program) if self.implicit_index_params else {}
         self.fnames = NameTable(self.reserved)
         for f in [*program.functions, program.kernel]:
             self.fnames.add(f.name)
@@ -203,24 +199,6 @@ class CEmitter:
             if any(isinstance(n, ir.Call) and n.func not in seen for n in walk(f.body)):
                 return True
         return False
-
-    def _index_uses_of(self, program: ir.Program) -> dict[str, list[str]]:
-        """Index intrinsics each device function uses, itself or through its callees."""
-        uses: dict[str, set[str]] = {}
-        for f in program.functions:  # callees come first
-            names: set[str] = set()
-            for n in walk(f.body):
-                if isinstance(n, ir.IntrinsicCall) and n.name in self.implicit_index_params:
-                    names.add(n.name)
-                elif isinstance(n, ir.Call):
-                    names |= uses.get(n.func, set())
-            uses[f.name] = names
-        for f in program.functions:  # recursion: a second round reaches a fixed point
-            for n in walk(f.body):
-                if isinstance(n, ir.Call):
-                    uses[f.name] |= uses[n.func]
-        order = intrinsics.names("index")
-        return {name: [i for i in order if i in used] for name, used in uses.items()}
 
     # ------------------------------------------------------------ output
 
@@ -284,8 +262,6 @@ class CEmitter:
                 # kernel scalars arrive as stored in memory (OpenCL has no bool argument)
                 ctype = self.storage_type(a.type) if func.is_kernel else self.ctype(a.type)
                 out.append(f"{ctype} {self.names[a.param]}")
-        if not func.is_kernel:
-            out += [f"{self.ctype(i32)} kiln_{n}" for n in self._index_uses.get(func.name, [])]
         return out
 
     def function_signature(self, func: ir.Function) -> str:
@@ -335,9 +311,6 @@ class CEmitter:
     def var(self, name: str) -> str:
         """How a variable is referenced (the cpu dialect redirects per-thread values)."""
         return self.names[name]
-
-    def index_spelling(self, name: str) -> str:
-        return self.spell_intrinsic(name, [], i32).text
 
     def use_helper(self, kind: str, t: ScalarType) -> str:
         """Name of helper `kind` for type `t`, adding its definition to the prologue."""
@@ -585,7 +558,7 @@ class CEmitter:
         """Row-major offset; 64-bit arithmetic for arrays whose size is not fixed."""
         t = array.type
         assert isinstance(t, ArrayType)
-        idx = [self.index(i) for i in indices]
+        idx = [self.expr(i) for i in indices]
         if len(idx) == 1:
             return idx[0].text
         if t.shape is not None:
@@ -599,10 +572,6 @@ class CEmitter:
             dim = CExpr(self.dims[(array.name, axis)])
             acc = self.binary("+", self.binary("*", acc, dim), idx[axis])
         return acc.text
-
-    def index(self, e: ir.Expr) -> CExpr:
-        """One array index (the cpu dialect does signed index arithmetic in 64 bits)."""
-        return self.expr(e)
 
     def element(self, array: ir.Var, indices: list[ir.Expr]) -> str:
         """The lvalue of one array element."""
@@ -618,7 +587,7 @@ class CEmitter:
             return CExpr(str(t.shape[e.axis]))
         return CExpr(self.dims[(e.array.name, e.axis)])
 
-    def call_args(self, func: ir.Function, args: list[ir.Expr]) -> list[str]:
+    def call_args(self, args: list[ir.Expr]) -> list[str]:
         """Arguments in the callee's ABI order (arrays: pointer, then dimensions)."""
         out = []
         for a in args:
@@ -628,12 +597,10 @@ class CEmitter:
                 out += [self.expr(ir.ArrayDim(i32, a, axis)).text for axis in range(a.type.ndim)]
             else:
                 out.append(self.expr(a).text)
-        out += [self.index_spelling(n) for n in self._index_uses.get(func.name, [])]
         return out
 
     def expr_Call(self, e: ir.Call) -> CExpr:  # noqa: N802
-        callee = self.program.function(e.func)
-        return CExpr(f"{self.fnames[e.func]}({', '.join(self.call_args(callee, e.args))})")
+        return CExpr(f"{self.fnames[e.func]}({', '.join(self.call_args(e.args))})")
 
     def expr_IntrinsicCall(self, e: ir.IntrinsicCall) -> CExpr:  # noqa: N802
         spec = intrinsics[e.name]

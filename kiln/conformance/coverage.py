@@ -1,8 +1,9 @@
 """IR coverage: do the suite's kernels, together, use every construct a backend must handle?
 
 Computed by building every conformance kernel's program (for its annotations or its
-declared signatures) and walking it, as the frontend makes it and after `lower_aggregates`
-(which makes the nodes every backend sees instead of records and vectors, `VectorAccess`),
+declared signatures) and walking it, as the frontend makes it, after `lower_aggregates`
+(which makes the nodes every backend sees instead of records and vectors, `VectorAccess`)
+and after `lower_thread_loops` (the explicit block and thread loops of non-SIMT targets),
 against what the IR and the intrinsic registry define.
 Adding an IR node, an operator or an intrinsic without a conformance case shows up here.
 """
@@ -17,7 +18,7 @@ from ..execution.kernel import Kernel
 from ..ir import nodes as ir
 from ..ir.intrinsics import intrinsics
 from ..ir.nodes import Program
-from ..ir.passes import inline_aggregate_returns, lower_aggregates
+from ..ir.passes import inline_aggregate_returns, lower_aggregates, lower_thread_loops
 from ..ir.passes.validate import BINOPS, COMPARES, UNARY
 from ..ir.visit import walk
 from .registry import declared_signatures
@@ -88,5 +89,7 @@ def suite_coverage() -> Coverage:
     for kernel in conformance_kernels():
         for program in kernel_programs(kernel):
             coverage.add(program)
-            coverage.add(lower_aggregates(inline_aggregate_returns(program)))
+            lowered = lower_aggregates(inline_aggregate_returns(program))
+            coverage.add(lowered)
+            coverage.add(lower_thread_loops(lowered))
     return coverage

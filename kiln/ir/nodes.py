@@ -251,6 +251,81 @@ class VectorAccess(Stmt):
     body: list[Stmt]
 
 
+# ---------------------------------------------------------------- explicit block and thread loops
+
+
+@dataclass(eq=False)
+class BlockLoop(Stmt):
+    """A kernel's whole body once `lower_thread_loops` made its SIMT execution explicit,
+    for targets that run a block's threads as loops (the cpu backend's C, any non-SIMT
+    target): `body` runs once per block, blocks in any order or in parallel.
+
+    Statements of `body` outside a `ThreadLoop`/`LockstepLoop` are *block-level*: they run
+    once for the block (their conditions are block-uniform), mention no `thread_idx_*`, and
+    read a thread variable as the block's first thread's value. There are no barriers:
+    the thread loops run one after another. `thread_vars` (locals and written parameters)
+    have one value per thread kept across thread loops (a parameter's starts as the
+    argument); `block_vars` one value per block (block-level loop variables and values
+    every thread computes alike). `exits`: a thread may `return` while later thread loops
+    still run, and those skip it.
+    """
+
+    body: list[Stmt]
+    thread_vars: list[str] = field(default_factory=list)
+    block_vars: list[str] = field(default_factory=list)
+    exits: bool = False
+
+
+@dataclass(eq=False)
+class ThreadLoop(Stmt):
+    """`body` once for each thread of the block, in any order (x fastest; threads may run
+    as SIMD lanes). `private` locals are fresh for each thread (a block variable listed
+    there is shadowed). Each thread starts with its own copy of the `loads` (thread or
+    block variables) and writes the `stores` back at its end, also when it returns: a
+    thread variable into its own value, a block variable into the block's (the last
+    thread's value is kept; every thread computes the same). Other variables (block
+    variables, parameters) are read as they are. `return` ends the thread; a
+    `break`/`continue` never leaves the loop. A short constant `For` inside has its
+    `unroll` set to its trip count, so the compiler keeps its values in registers."""
+
+    body: list[Stmt]
+    private: list[str] = field(default_factory=list)
+    loads: list[str] = field(default_factory=list)
+    stores: list[str] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Induction(Stmt):
+    """In a `LockstepLoop`: at iteration `k` (from 0), `var = init + k * step` (an integer
+    the body steps by `step` once per iteration, dead after the loop)."""
+
+    var: str
+    init: Expr
+    step: Expr
+
+
+@dataclass(eq=False)
+class LockstepLoop(Stmt):
+    """A thread loop around one barrier-free `while cond: body` whose threads run their
+    iterations in lockstep (each iteration: test every running thread, then run the body
+    for those whose test held), which vectorises across threads. Its meaning is
+    `ThreadLoop([*setup, *(var = init for each induction), While(cond, body)],
+    private + induction variables, loads, stores)`; `setup` (assignments of `private`
+    locals) runs at the start of each thread's part of every pass. `counted`: `cond` is
+    `inductions[0].var < bound` (or `bound > var`) with `bound` and the step
+    block-uniform and loop-invariant, so every thread runs at least the trip count of the
+    thread that starts highest, and those iterations need no test."""
+
+    cond: Expr
+    body: list[Stmt]
+    setup: list[Stmt] = field(default_factory=list)
+    inductions: list[Induction] = field(default_factory=list)
+    counted: bool = False
+    private: list[str] = field(default_factory=list)
+    loads: list[str] = field(default_factory=list)
+    stores: list[str] = field(default_factory=list)
+
+
 # ---------------------------------------------------------------- functions
 
 

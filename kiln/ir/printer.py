@@ -75,7 +75,36 @@ def format_stmt(stmt: ir.Stmt, depth: int) -> list[str]:
             return [f"{pad}return {typed(value)}"]
         case ir.VectorAccess(body=body):
             return [f"{pad}vector access:", *format_block(body, depth + 1)]
+        case ir.BlockLoop(body=body, thread_vars=thread_vars, block_vars=block_vars):
+            notes = _notes(("thread vars", thread_vars), ("block vars", block_vars),
+                           ("exits", stmt.exits))
+            return [f"{pad}for each block{notes}:", *format_block(body, depth + 1)]
+        case ir.ThreadLoop(body=body):
+            return [f"{pad}for each thread{_thread_notes(stmt)}:", *format_block(body, depth + 1)]
+        case ir.LockstepLoop(cond=cond, body=body, setup=setup, inductions=inductions):
+            head = f"{pad}lockstep while {format_expr(cond, top=True)}{_thread_notes(stmt)}:"
+            inner = INDENT * (depth + 1)
+            lines = [head]
+            if setup:
+                lines += [f"{inner}each pass:", *format_block(setup, depth + 2)]
+            return [*lines, *format_block(inductions, depth + 1), *format_block(body, depth + 1)]
+        case ir.Induction(var=var, init=init, step=step):
+            return [f"{pad}induction {var} = {format_expr(init)} + iteration * "
+                    f"{format_expr(step)}"]
     return [pad + _generic(stmt)]
+
+
+def _thread_notes(loop: ir.ThreadLoop | ir.LockstepLoop) -> str:
+    counted = isinstance(loop, ir.LockstepLoop) and loop.counted
+    return _notes(("counted", counted), ("private", loop.private), ("loads", loop.loads),
+                  ("stores", loop.stores))
+
+
+def _notes(*notes: tuple[str, list[str] | bool]) -> str:
+    """` (name: a, b; flag)` for the non-empty lists and true flags."""
+    parts = [name if value is True else f"{name}: {', '.join(value)}"  # type: ignore[arg-type]
+             for name, value in notes if value]
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _format_if(stmt: ir.If, depth: int, keyword: str) -> list[str]:

@@ -8,7 +8,7 @@ from ...codegen.library import register_library_target
 from ...framework.registry import register_backend
 from . import atomics  # noqa: F401 - registers the "cpu" intrinsic spellings
 from .backend import CpuBackend
-from .emitter import CpuEmitter
+from .dialect import CpuEmitter
 from .library import CpuLibrary
 
 backend = CpuBackend()

@@ -20,10 +20,10 @@ from ...framework.buildenv import BuildEnv, ToolNotFoundError
 from ...framework.cache import CacheEntry, CompileCache, cache_key
 from ...ir.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
-from ...ir.passes import Pass, pipeline_for
+from ...ir.passes import Pass, lower_thread_loops, pipeline_for, widen_index_arithmetic
 from ...options import DEFAULT_OPTIONS, KernelOptions
 from ...runtime.host import HostMemoryMixin, HostStream, host_memory_bytes
-from .emitter import BLOCK_DIMS, SLOT, CpuEmitter
+from .dialect import BLOCK_DIMS, SLOT, CpuEmitter
 from .toolchain import OPTION_FLAGS, compile_command, toolchain
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -149,9 +149,10 @@ class CpuBackend(HostMemoryMixin, JITBackend):
         return [(threads, caps)]
 
     def pipeline(self, device: Any) -> Sequence[Pass]:
-        """The shared pipeline: the device feature check (f16 needs gcc's _Float16) and
-        warp operations lowered for one-thread warps."""
-        return pipeline_for(device)
+        """The shared pipeline (with the device feature check: f16 needs gcc's _Float16;
+        warp operations lowered for one-thread warps), then the block's threads as
+        explicit loops, with index arithmetic in 64 bits for gcc's vectoriser."""
+        return [*pipeline_for(device), lower_thread_loops, widen_index_arithmetic]
 
     def build_identity(self, device: Any) -> str:
         return toolchain().env.identity + (device.capabilities.arch if device else "")

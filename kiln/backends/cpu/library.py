@@ -21,7 +21,7 @@ from ...framework.actions import ActionError
 from ...framework.backend import Dim3
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
 from .backend import MAX_THREADS_PER_BLOCK, SMALL_LAUNCH, CpuBackend
-from .emitter import BLOCK_DIMS, SLOT
+from .dialect import BLOCK_DIMS, SLOT
 from .toolchain import toolchain
 
 DEFAULT_BLOCKS: tuple[Dim3, ...] = ((256, 1, 1),)

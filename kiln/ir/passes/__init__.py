@@ -20,6 +20,7 @@ from .features import device_feature_check
 from .fold import fold_constants
 from .inline import inline_aggregate_returns, inline_functions
 from .recursion import bound_recursion
+from .thread_loops import lower_thread_loops, widen_index_arithmetic
 from .validate import InternalError, validate
 from .warps import lower_single_lane_warps
 
@@ -31,8 +32,8 @@ Pass = Callable[[Program], Program]
 __all__ = [
     "InternalError", "Pass", "bound_recursion", "check_program", "default_pipeline",
     "device_feature_check", "fold_constants", "inline_aggregate_returns", "inline_functions",
-    "lower_aggregates", "lower_bf16", "lower_single_lane_warps", "pipeline_for",
-    "remove_dead_code",
+    "lower_aggregates", "lower_bf16", "lower_single_lane_warps", "lower_thread_loops",
+    "pipeline_for", "remove_dead_code", "widen_index_arithmetic",
 ]
 
 

@@ -74,6 +74,8 @@ class _Validator:
         self.callable = earlier | {func.name} | _calling(program, func.name)
         self.vars: dict[str, Type] = {p.name: p.type for p in func.params}
         self.loc: ir.Loc | None = func.loc
+        self.blocks: ir.BlockLoop | None = None  # inside the kernel's block loop
+        self.in_threads = False  # inside one of its thread loops
 
     def fail(self, message: str, node: ir.Expr | ir.Stmt | None = None) -> NoReturn:
         loc = (node.loc if node is not None else None) or self.loc
@@ -146,6 +148,8 @@ class _Validator:
                 self.require(depth > 0, f"`{type(s).__name__.lower()}` outside a loop", s)
             case ir.Return(value=value):
                 self.ret(value, s)
+            case ir.BlockLoop() | ir.ThreadLoop() | ir.LockstepLoop() | ir.Induction():
+                self.explicit_loop(s, depth)
             case ir.VectorAccess(body=body):
                 self.require(len(body) in (2, 4) and all(
                     isinstance(b, ir.Store) or isinstance(b, ir.Assign)
@@ -157,6 +161,45 @@ class _Validator:
                     self.expr(e)
                 for body in child_blocks(s):
                     self.block(body, depth)
+
+    def explicit_loop(self, s: ir.Stmt, depth: int) -> None:
+        """The nodes of `lower_thread_loops` (docs/ir-conventions.md)."""
+        if isinstance(s, ir.BlockLoop):
+            self.require(self.func.is_kernel and self.func.body == [s],
+                         "a block loop that is not its kernel's whole body", s)
+            self.declared([*s.thread_vars, *s.block_vars], s)
+            self.blocks = s
+            self.block(s.body, depth)
+        elif isinstance(s, ir.Induction):
+            t = self.func.locals.get(s.var)
+            self.require(isinstance(t, ScalarType) and t.is_int,
+                         f"induction variable `{s.var}` is not an integer local", s)
+            self.same(self.expr(s.init), t, "induction start", s)
+            self.same(self.expr(s.step), t, "induction step", s)
+        else:
+            assert isinstance(s, (ir.ThreadLoop, ir.LockstepLoop))
+            self.require(self.blocks is not None and not self.in_threads,
+                         "a thread loop outside a block loop, or inside another", s)
+            assert self.blocks is not None
+            self.declared(s.private, s)
+            outer = {*self.blocks.thread_vars, *self.blocks.block_vars}
+            self.require(set(s.loads) <= outer and set(s.stores) <= set(s.loads),
+                         "a thread loop loads or stores what is not thread or block storage",
+                         s)
+            self.require(not any(isinstance(n, ir.IntrinsicCall) and intrinsics[n.name].convergent
+                                 for n in walk(s)), "a barrier inside a thread loop", s)
+            self.in_threads = True
+            if isinstance(s, ir.LockstepLoop):
+                self.block(s.setup, depth)
+                for induction in s.inductions:
+                    self.stmt(induction, depth)
+                self.condition(s.cond, s)
+            self.block(s.body, depth + isinstance(s, ir.LockstepLoop))
+            self.in_threads = False
+
+    def declared(self, names: list[str], s: ir.Stmt) -> None:
+        unknown = [n for n in names if n not in self.vars]
+        self.require(not unknown, f"undeclared variables {unknown}", s)
 
     def condition(self, cond: ir.Expr, s: ir.Stmt) -> None:
         self.same(self.expr(cond), bool_, "condition", s)
@@ -291,6 +334,8 @@ class _Validator:
 
     def intrinsic(self, e: ir.IntrinsicCall) -> None:
         self.require(e.name in intrinsics, f"unknown intrinsic `{e.name}`", e)
+        self.require(self.blocks is None or self.in_threads or not e.name.startswith("thread_"),
+                     f"{e.name} at block level", e)
         arg_types = [self.expr(a) for a in e.args]
         spec = intrinsics[e.name]
         try:

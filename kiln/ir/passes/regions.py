@@ -1,4 +1,4 @@
-"""Barrier regions (PoCL's work-item loops): how the cpu backend runs a block without fibers.
+"""Barrier regions (PoCL's work-item loops): the plan `lower_thread_loops` builds its loops from.
 
 The kernel body is split at barriers into *regions*, maximal runs of barrier-free
 statements. Each region runs as one loop over the block's threads. Statements that contain
@@ -44,24 +44,15 @@ import itertools
 from dataclasses import dataclass, field
 
 from ...errors import UnsupportedError
-from ...ir import nodes as ir
-from ...ir.analysis import reads_and_writes
-from ...ir.enums import MemorySpace
-from ...ir.intrinsics import Variance, intrinsics
-from ...ir.passes.convergence import Control, FunctionVariance, analyze
-from ...ir.types import ArrayType, ScalarType, i8, i16, i32
-from ...ir.visit import walk
+from .. import nodes as ir
+from ..analysis import reads_and_writes
+from ..enums import MemorySpace
+from ..intrinsics import Variance, intrinsics
+from ..types import ArrayType, ScalarType, i8, i16, i32
+from ..visit import walk
+from .convergence import Control, FunctionVariance, analyze
 
 UNROLLED_TRIPS = 32
-
-
-@dataclass(frozen=True)
-class Induction:
-    """`var += step` in a lockstep `while` body, `var = init` before the loop."""
-
-    var: str
-    init: ir.Expr
-    step: ir.Expr
 
 
 @dataclass(frozen=True)
@@ -69,7 +60,7 @@ class Counted:
     """A lockstep loop whose test is `induction.var < bound`, `bound` and the step
     block-uniform and loop-invariant, so its trip count follows from the initial value."""
 
-    induction: Induction
+    induction: ir.Induction
     bound: ir.Expr
 
 
@@ -84,7 +75,7 @@ class Region:
     private: list[str] = field(default_factory=list)  # declared in this region
     remat: list[str] = field(default_factory=list)  # recomputed at this region's start
     loop: ir.While | None = None  # the lockstep `while` whose body this region is
-    inductions: list[Induction] = field(default_factory=list)  # recomputed per pass
+    inductions: list[ir.Induction] = field(default_factory=list)  # recomputed per pass
     counted: Counted | None = None  # trip counts known up front
 
     @property
@@ -158,8 +149,8 @@ def _contains_barrier(s: ir.Stmt, program: ir.Program) -> bool:
             return True
         if isinstance(n, ir.Call) and _function_has_barrier(program, n.func, set()):
             raise UnsupportedError(
-                f"the cpu backend cannot run a barrier inside device function {n.func}; "
-                "call barrier() from the kernel", n.loc)
+                f"a barrier inside device function {n.func} cannot run with explicit thread "
+                "loops (the cpu backend); call barrier() from the kernel", n.loc)
     return False
 
 
@@ -298,12 +289,13 @@ def _invariant(e: ir.Expr, written: set[str]) -> bool:
     return True
 
 
-def _inductions(loop: ir.While, before: list[ir.Stmt], kernel: ir.Function) -> list[Induction]:
+def _inductions(loop: ir.While, before: list[ir.Stmt], kernel: ir.Function
+                ) -> list[ir.Induction]:
     """The integer variables the loop body steps once per iteration (`var += step` at its
     top level, `step` invariant, `var` assigned nowhere else in the body), each assigned
     `var = init` by the last statement before the loop that writes it."""
     written = [n.target for n in walk(loop.body) if isinstance(n, ir.Assign)]
-    found: list[Induction] = []
+    found: list[ir.Induction] = []
     for s in loop.body:
         if not (isinstance(s, ir.Assign) and isinstance(s.value, ir.BinOp)
                 and s.value.op == "+" and written.count(s.target) == 1):
@@ -317,7 +309,7 @@ def _inductions(loop: ir.While, before: list[ir.Stmt], kernel: ir.Function) -> l
             continue
         init = next((x for x in reversed(before) if var in reads_and_writes(x)[1]), None)
         if isinstance(init, ir.Assign) and init.target == var:
-            found.append(Induction(var, init.value, step))
+            found.append(ir.Induction(var, init.value, step, loc=s.loc))
     return found
 
 
