@@ -9,6 +9,10 @@ the tests and the conformance suite.
 - `matmul_tiled_square`: the tiled product of n x n matrices with n a multiple of `TILE`,
   without bounds checks (what the benchmarks time).
 - `mandelbrot`: escape-time counts over [-2, 1] x [-1.5, 1.5], one thread per pixel.
+- `spmv_csr`: y = A @ x for a CSR matrix (`indptr`, `indices`, `data`), one thread per row:
+  a loop whose trip count differs from thread to thread.
+- `julia`: escape-time counts of z -> z^2 + c over [-1.6, 1.6] x [-1.2, 1.2], one thread
+  per pixel, a `while` loop that ends at a different iteration in each thread.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from kiln import f32, i32
 
 BLOCK = 256
 TILE = 16
+JULIA_C = (-0.8, 0.156)
+"""The Julia set's constant c (real, imaginary) in the tests and benchmarks."""
 
 
 @kiln.kernel
@@ -113,4 +119,29 @@ def mandelbrot(out: i32[:, :], max_iter: i32):
                 break
             zr, zi = zr * zr - zi * zi + cr, 2.0 * zr * zi + ci
             it = k + 1
+        out[y, x] = it
+
+
+@kiln.kernel
+def spmv_csr(indptr: i32[:], indices: i32[:], data: f32[:], x: f32[:], y: f32[:]):
+    row = kiln.global_id(0)
+    if row < y.shape[0]:
+        acc = f32(0)
+        for k in range(indptr[row], indptr[row + 1]):
+            acc += data[k] * x[indices[k]]
+        y[row] = acc
+
+
+@kiln.kernel
+def julia(out: i32[:, :], cr: f32, ci: f32, max_iter: i32):
+    x = kiln.global_id(0)
+    y = kiln.global_id(1)
+    h, w = out.shape[0], out.shape[1]
+    if x < w and y < h:
+        zr = -1.6 + 3.2 * f32(x) / f32(w)
+        zi = -1.2 + 2.4 * f32(y) / f32(h)
+        it = 0
+        while it < max_iter and zr * zr + zi * zi <= 4.0:
+            zr, zi = zr * zr - zi * zi + cr, 2.0 * zr * zi + ci
+            it += 1
         out[y, x] = it

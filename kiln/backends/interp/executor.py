@@ -22,6 +22,15 @@ from ...ir.intrinsics import intrinsics
 from ...ir.types import ArrayType, ScalarType, Type
 from ...ir.visit import walk
 from . import ops
+from .compaction import (
+    LaneSubset,
+    compactable,
+    expand_mask,
+    is_local,
+    narrow,
+    widen,
+    worth_compacting,
+)
 from .geometry import Chunk, Launch
 from .memory import ArrayRef, address, gather, scatter, slice_view
 from .native import native_statement
@@ -242,8 +251,11 @@ class FunctionCode:
         return run
 
     def _loop(self, cond: Callable[[Frame, Mask], Value], body: StmtFn,
-              step: Callable[[Frame, Mask], None] | None) -> Callable[[Frame, Mask], Mask]:
-        """Run `body` while `cond` holds per lane; returns the lanes that leave normally."""
+              step: Callable[[Frame, Mask], None] | None,
+              compact: bool) -> Callable[[Frame, Mask], Mask]:
+        """Run `body` while `cond` holds per lane; returns the lanes that leave normally.
+        With `compact`, the loop goes on over its active lanes alone once few are left
+        (`compaction.py`)."""
 
         def run(f: Frame, m: Mask) -> Mask:
             record: list[Mask] = [False, False]
@@ -252,6 +264,8 @@ class FunctionCode:
             active = m
             try:
                 while True:
+                    if compact and worth_compacting(active, f.chunk):
+                        return mask_or(done, self._compacted(run, f, active))
                     c = cond(f, active)
                     if _is_uniform_bool(c):
                         if not c:
@@ -273,8 +287,26 @@ class FunctionCode:
 
         return run
 
+    def _compacted(self, loop: StmtFn, f: Frame, active: np.ndarray) -> Mask:
+        """The rest of `loop` over the lanes active in `active` alone: their state narrowed
+        to a `LaneSubset`, run, and what changed widened back. Returns the lanes (of `f`'s
+        chunk) that leave the loop normally."""
+        sub = LaneSubset(f.chunk, np.flatnonzero(active))
+        narrowed = {name: narrow(value, sub) for name, value in f.vars.items()}
+        inner = Frame(sub, dict(narrowed))
+        inner.result = start = narrow(f.result, sub)
+        left = loop(inner, None)
+        for name, before in narrowed.items():
+            after = inner.vars[name]
+            if after is not before or is_local(after):  # local arrays change in place
+                f.vars[name] = widen(f.vars[name], after, sub)
+        if inner.result is not start:
+            f.result = widen(f.result, inner.result, sub)
+        return expand_mask(left, sub)
+
     def _stmt_While(self, s: ir.While) -> StmtFn:
-        return self._loop(self.expr(s.cond), self.block(s.body), None)
+        return self._loop(self.expr(s.cond), self.block(s.body), None,
+                          compactable([s], self.program.program))
 
     def _stmt_For(self, s: ir.For) -> StmtFn:
         start, stop_fn, step_fn = self.expr(s.start), self.expr(s.stop), self.expr(s.step)
@@ -297,7 +329,8 @@ class FunctionCode:
         def advance(f: Frame, m: Mask) -> None:
             assign(f, add(f.vars[var], f.vars[key][1]), m)
 
-        loop = self._loop(cond, self.block(s.body), advance)
+        loop = self._loop(cond, self.block(s.body), advance,
+                          compactable([s], self.program.program))
 
         def run(f: Frame, m: Mask) -> Mask:
             assign(f, start(f, m), m)

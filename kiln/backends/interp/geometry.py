@@ -66,6 +66,9 @@ class Chunk:
     """Consecutive whole blocks run together: `n` lanes starting at linear block `b0`."""
 
     CACHE_SIZE = 16
+    regular = True
+    """Lanes are whole blocks in order, so index values may be linear in the lane (a
+    `compaction.LaneSubset` is not)."""
 
     def __init__(self, launch: Launch, b0: int, nblocks: int) -> None:
         self.launch = launch

@@ -86,6 +86,8 @@ class Affine:
 
     def _find_linear(self) -> tuple[int, int] | None:
         chunk = self.chunk
+        if not chunk.regular and any(self.coef[k] and chunk.varying[k] for k in range(LANE)):
+            return None
         strides = chunk.launch.strides
         slope: int | None = None
         for k in range(LANE):
@@ -137,7 +139,8 @@ class Affine:
     def per_block(self) -> np.ndarray | None:
         """One value per block of the chunk, when the value depends on block indices only."""
         chunk = self.chunk
-        if any(c and chunk.varying[k] for k, c in enumerate(self.coef) if k < BX or k == LANE):
+        if not chunk.regular or any(c and chunk.varying[k] for k, c in enumerate(self.coef)
+                                    if k < BX or k == LANE):
             return None
         return self._combination(chunk.nblocks, chunk.block_vector)
 
