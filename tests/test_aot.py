@@ -328,3 +328,39 @@ def test_the_docs_round_trip_runs(tmp_path) -> None:
     result = subprocess.run([sys.executable, "check.py"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr
+
+
+STRUCT_KERNEL = '''
+import kiln
+from kiln import f32, i32
+
+@kiln.struct
+class Pair:
+    a: f32
+    b: f32
+
+@kiln.kernel
+def use_pair(p: Pair, out: f32[:]):
+    out[0] = p.a + p.b
+'''
+
+
+def test_a_struct_parameter_is_refused(tmp_path, capsys) -> None:
+    module = tmp_path / "structs.py"
+    module.write_text(STRUCT_KERNEL)
+    assert main(["build", str(module), "--target", "cpu", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "use_pair: parameter p is Pair; library entry points take arrays of scalars" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_c_compiler_is_reported(tmp_path) -> None:
+    """A fresh process (the compiler is found once per process) with KILN_CC pointing
+    nowhere: exit status 2, one message, nothing written."""
+    env = {**os.environ, "KILN_CC": str(tmp_path / "no-such-cc")}
+    result = subprocess.run([sys.executable, "-m", "kiln", "build", str(EXAMPLES), "--target",
+                             "opencl", "-o", str(tmp_path / "out")], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "building a library needs a C compiler (cc, or set KILN_CC)" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

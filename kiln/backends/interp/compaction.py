@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ...framework.intrinsics import intrinsics
 from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
+from ...ir.intrinsics import intrinsics
 from ...ir.visit import walk
 from .geometry import LANE, Chunk
 from .memory import ArrayRef
