@@ -29,6 +29,7 @@ from ..ir import nodes as ir
 from ..ir.enums import MemorySpace
 from ..ir.intrinsics import intrinsics
 from ..ir.types import (
+    SCALAR_BY_DTYPE,
     ArrayType,
     ScalarType,
     Type,
@@ -128,6 +129,8 @@ class CEmitter:
     """Qualifier on declarations of shared/local arrays (CUDA `__shared__`)."""
     pointer_qualifiers: ClassVar[dict[MemorySpace, str]] = {}
     """Qualifier on pointer parameters per memory space (OpenCL `__global`)."""
+    table_qualifier: ClassVar[str] = "static const"
+    """Declares a constant table at program scope (CUDA `__constant__`)."""
     prologue: ClassVar[str] = "#include <stdint.h>\n#include <stdbool.h>\n#include <math.h>\n"
     reserved: ClassVar[frozenset[str]] = RESERVED
     half_math_via_float: ClassVar[bool] = True
@@ -178,11 +181,23 @@ class CEmitter:
         return self._finish([*header, *body])
 
     def emit_prologue(self) -> None:
-        """The dialect's prologue, then the helpers this program uses."""
+        """The dialect's prologue, the helpers this program uses, then its constant tables."""
         self._out += self.prologue.rstrip("\n").split("\n")
         for text in self._helpers_used.values():
             self._out += ["", *text.split("\n")]
         self._out.append("")
+        for name, data in self.program.tables.items():
+            self._out.append(self.table_declaration(name, data))
+        if self.program.tables:
+            self._out.append("")
+
+    def table_declaration(self, name: str, data: np.ndarray) -> str:
+        """A module-level NumPy array as a read-only array at program scope, in constant
+        memory where the dialect has it (`table_qualifier`)."""
+        elem = SCALAR_BY_DTYPE[data.dtype]
+        values = ", ".join(self.literal(v, elem).text for v in data.reshape(-1).tolist())
+        return (f"{self.table_qualifier} {self.storage_type(elem)} {name}[{data.size}] = "
+                f"{{{values}}};")
 
     def _finish(self, lines: list[str]) -> str:
         """Resolve `#line` resets to kiln's own line numbers."""
@@ -291,7 +306,8 @@ class CEmitter:
 
     def declare_locals(self, locals_: dict[str, Type]) -> None:
         for name, t in locals_.items():
-            self.line(self.declaration(name, t))
+            if not (isinstance(t, ArrayType) and t.space is MemorySpace.CONSTANT):
+                self.line(self.declaration(name, t))  # tables are at program scope
 
     def declaration(self, name: str, t: Type, cname: str | None = None) -> str:
         cname = cname or self.names[name]

@@ -110,6 +110,9 @@ class _Walker:
             return f"{type(obj).__name__}:{obj!r}"
         if isinstance(obj, np.generic):
             return f"np:{obj.dtype.str}:{obj.tobytes().hex()}"
+        if isinstance(obj, np.ndarray):  # a constant table: its content (kiln.lang.tables)
+            digest = hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest()
+            return f"ndarray:{obj.dtype.str}:{obj.shape}:{digest}"
         if isinstance(obj, tuple):
             return f"({', '.join(self.value(v) for v in obj)})"
         if isinstance(obj, Type):

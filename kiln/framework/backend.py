@@ -80,8 +80,9 @@ class Capabilities:
     bf16: bool = True
     """bfloat16 storage and arithmetic (every backend converts it through f32 itself)."""
     memory_spaces: frozenset[MemorySpace] = frozenset(
-        (MemorySpace.GLOBAL, MemorySpace.SHARED, MemorySpace.LOCAL))
-    """Where kernels may place arrays; a plugin adds the spaces it registers."""
+        (MemorySpace.GLOBAL, MemorySpace.SHARED, MemorySpace.LOCAL, MemorySpace.CONSTANT))
+    """Where kernels may place arrays; a plugin adds the spaces it registers (and drops
+    CONSTANT, module-level tables, if it cannot declare them: `Program.tables`)."""
     scalar_types: frozenset[str] | None = None
     """Names of the scalar types kernels may compute with (`"i64"`, ...); None: every type.
     A target without 64-bit or 8/16-bit integers (WebGPU) lists what it has."""

@@ -1,6 +1,6 @@
 """Enums that plugins extend at run time (DaCe's extensible enums).
 
-    MemorySpace.register("CONSTANT")             # auto value
+    MemorySpace.register("TEXTURE")              # auto value
     DeviceKind.register("FPGA", 301)             # explicit value
     MemorySpace.register_template("BANK", Bank)  # Bank: a frozen dataclass (bank: int)
     MemorySpace.BANK(bank=2) is MemorySpace.BANK(bank=2)   # interned
@@ -216,7 +216,8 @@ class MemorySpace(ExtensibleEnum):
     GLOBAL: ClassVar[MemorySpace]
     SHARED: ClassVar[MemorySpace]
     LOCAL: ClassVar[MemorySpace]
+    CONSTANT: ClassVar[MemorySpace]  # read-only tables at program scope (Program.tables)
 
 
-for _name in ("GLOBAL", "SHARED", "LOCAL"):
+for _name in ("GLOBAL", "SHARED", "LOCAL", "CONSTANT"):
     MemorySpace.register(_name)

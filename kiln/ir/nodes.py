@@ -9,6 +9,7 @@ Index intrinsics are normalised by the frontend to the twelve base names
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import Loc
 from .types import ArrayType, ScalarType, Type
@@ -389,11 +390,17 @@ class Program:
 
     A program with `checks` has one more kernel parameter, last: a 1-element `i32[:]`
     status array, zero at the launch, to which the kernel writes `k + 1` when `checks[k]`
-    fails (the executor passes it and reads it at the next synchronisation point)."""
+    fails (the executor passes it and reads it at the next synchronisation point).
+
+    `tables` are read-only arrays every function may read by name (module-level NumPy
+    arrays a kernel uses): each function that reads one lists it in its `locals` as an
+    `ArrayType` in `MemorySpace.CONSTANT` with its shape; backends declare it once, at
+    program scope, in constant memory where they have it."""
 
     kernel: Function
     functions: list[Function] = field(default_factory=list)
     checks: list[RuntimeCheck] = field(default_factory=list)
+    tables: dict[str, Any] = field(default_factory=dict)
 
     def function(self, name: str) -> Function:
         for f in self.functions:

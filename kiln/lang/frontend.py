@@ -55,6 +55,7 @@ from .printing import build_print
 from .records import Variant, kiln_type_of
 from .resolve import StaticResolver, annotation_type
 from .source import ParsedFunction, parse_function
+from .tables import table_expr
 from .typing_rules import can_store, comparison_type, operand_type, unify
 
 BINOPS = {
@@ -93,6 +94,7 @@ class ProgramContext:
         self.order: list[ir.Function] = []
         self.building: dict[tuple[Any, tuple[Type, ...]], FunctionBuilder] = {}
         self.names: set[str] = set()
+        self.tables: dict[str, np.ndarray] = {}  # module-level arrays read (kiln.lang.tables)
 
     def unique_name(self, base: str, types: tuple[Type, ...]) -> str:
         name = base
@@ -116,7 +118,7 @@ def build_program(pyfunc: Callable[..., Any], arg_types: tuple[Type, ...],
     """Typed IR for `pyfunc` specialised to `arg_types`, with the functions it calls."""
     ctx = ProgramContext()
     main = FunctionBuilder(pyfunc, arg_types, ctx, is_kernel=kernel).build()
-    return ir.Program(main, list(ctx.order))
+    return ir.Program(main, list(ctx.order), tables=ctx.tables)
 
 
 class FunctionBuilder(AggregateBuilder):
@@ -429,6 +431,7 @@ class FunctionBuilder(AggregateBuilder):
 
     def store(self, target: ast.Subscript, value: ir.Expr, stmt: ast.stmt) -> ir.Stmt:
         array, indices = self.subscript(target)
+        self.writable(array, target)
         elem = array.type.elem  # type: ignore[union-attr]
         converted = self.convert(value, elem, self.loc(target), compound=True,
                                  what=f"an element of '{array.name}'")
@@ -448,6 +451,7 @@ class FunctionBuilder(AggregateBuilder):
         if isinstance(node.target, ast.Subscript):
             out: list[ir.Stmt] = []
             array, indices = self.subscript(node.target)
+            self.writable(array, node.target)
             bound = []
             for idx in indices:  # evaluate index expressions once
                 if isinstance(idx, (ir.Const, ir.Var)):
@@ -798,6 +802,8 @@ class FunctionBuilder(AggregateBuilder):
     def value_expr(self, value: Any, node: ast.AST) -> ir.Expr:
         if isinstance(value, (bool, int, float, np.generic)):
             return self.literal(value, node)
+        if isinstance(value, np.ndarray):
+            return table_expr(self, value, node, ast.unparse(node))
         if isinstance(value, kb.KernelOnly) and value.intrinsic in kb.VALUE_INTRINSICS:
             return self.intrinsic_from_exprs(value.intrinsic, [], node)
         raise UnsupportedError(f"{_describe(value)} cannot be used as a value in kernels",
@@ -833,7 +839,8 @@ class FunctionBuilder(AggregateBuilder):
 
     def expr_Subscript(self, node: ast.Subscript) -> ir.Expr:
         if isinstance(node.value, ast.Attribute) and node.value.attr == "shape" \
-                and self.is_local(node.value.value):
+                and (self.is_local(node.value.value) or isinstance(
+                    self.resolver.try_resolve(node.value.value), np.ndarray)):  # a table
             array = self.expr(node.value.value)
             if not isinstance(array, ir.Var) or not isinstance(array.type, ArrayType):
                 raise KernelTypeError("only arrays have a shape", self.loc(node.value))
@@ -847,6 +854,12 @@ class FunctionBuilder(AggregateBuilder):
             return self.expr(component)
         array, indices = self.subscript(node)
         return ir.Load(array.type.elem, array, indices, loc=self.loc(node))  # type: ignore
+
+    def writable(self, array: ir.Var, target: ast.Subscript) -> None:
+        if isinstance(array.type, ArrayType) and array.type.space is MemorySpace.CONSTANT:
+            raise KernelTypeError(f"'{ast.unparse(target.value)}' is a module-level NumPy "
+                                  "array, which kernels read as a constant table: pass an "
+                                  "array argument to write one", self.loc(target))
 
     def vector_component(self, node: ast.Subscript) -> ast.Attribute | None:
         """`v[k]` of a vector `v` as the component access `v.x` / `.y` / `.z` / `.w` it
@@ -1155,6 +1168,10 @@ class FunctionBuilder(AggregateBuilder):
 
     def intrinsic_from_exprs(self, name: str, args: list[ir.Expr], node: ast.AST) -> ir.Expr:
         spec = intrinsics[name]
+        if any(isinstance(a.type, ArrayType) and a.type.space is MemorySpace.CONSTANT
+               for a in args):
+            raise KernelTypeError(f"{name} cannot update a module-level constant table: pass "
+                                  "an array argument", self.loc(node))
         types = [self._literal_aware_type(a, args) if spec.category == "math" else a.type
                  for a in args]
         try:
@@ -1219,6 +1236,10 @@ class FunctionBuilder(AggregateBuilder):
                 if not isinstance(a, ir.Var):
                     raise KernelTypeError("array arguments must be array variables",
                                           self.loc(a_node))
+                if a.type.space is MemorySpace.CONSTANT:
+                    raise KernelTypeError(f"'{ast.unparse(a_node)}' is a module-level "
+                                          "constant table: device functions read it by name "
+                                          "too, so it is not passed", self.loc(a_node))
                 if ptype is not None and (not isinstance(ptype, ArrayType)
                                           or ptype.elem != a.type.elem
                                           or ptype.ndim != a.type.ndim):

@@ -75,6 +75,7 @@ class CudaEmitter(NativeVectors, CEmitter):
     function_qualifier = "static __device__"
     helper_qualifier = "static __device__ __forceinline__"
     space_qualifiers = {MemorySpace.SHARED: "__shared__"}
+    table_qualifier = "__constant__"
     vector_types: ClassVar[dict[ScalarType, str]] = {
         f32: "float", f64: "double", i32: "int", u32: "uint", i64: "longlong", u64: "ulonglong",
     }

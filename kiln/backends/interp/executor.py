@@ -119,7 +119,11 @@ class FunctionCode:
         self.scalars: dict[str, Any] = {}
         self.arrays: list[tuple[str, ArrayType]] = []
         for name, t in fn.locals.items():
-            if isinstance(t, ArrayType):
+            if isinstance(t, ArrayType) and t.space is MemorySpace.CONSTANT:  # a table
+                assert t.shape is not None
+                self.scalars[name] = ArrayRef(program.program.tables[name].reshape(-1),
+                                              t.shape, t.space)
+            elif isinstance(t, ArrayType):
                 self.arrays.append((name, t))
             else:
                 self.scalars[name] = _scalar_type(t, fn).dtype.type(0)

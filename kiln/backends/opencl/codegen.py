@@ -154,6 +154,7 @@ class OpenCLEmitter(NativeVectors, CEmitter):
     literal_suffixes: ClassVar[dict[ScalarType, str]] = {u32: "u", i64: "L", u64: "UL"}
     kernel_qualifier = "__kernel"
     space_qualifiers: ClassVar[dict[MemorySpace, str]] = {MemorySpace.SHARED: "__local"}
+    table_qualifier: ClassVar[str] = "__constant"
     pointer_qualifiers: ClassVar[dict[MemorySpace, str]] = POINTER_QUALIFIERS
     prologue = "#pragma OPENCL FP_CONTRACT OFF\n"
     """No fused multiply-adds the program did not ask for (`kiln.fma`): results match C and

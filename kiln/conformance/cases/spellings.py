@@ -92,3 +92,40 @@ def print_in_kernels(device):
     printed = [line for line in lines if line.startswith("item ")]
     if sorted(printed) != sorted(expected):
         raise AssertionError(f"printed {printed}, expected (in any order) {sorted(expected)}")
+
+
+WEIGHTS = np.array([0.25, -1.5, 3.0, 7.125, -0.5], np.float32)
+"""A module-level table: kernels and device functions read it as a constant array."""
+STENCIL = np.array([[1, 2, 1], [2, 4, 2], [1, 2, 1]], np.int32)
+
+
+@kiln.func
+def weighted(i: i32, x: f32) -> f32:
+    return x * WEIGHTS[i % len(WEIGHTS)]
+
+
+@kiln.kernel
+def table_reads(x: f32[:], out: f32[:, :], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        out[i, 0] = weighted(i, x[i])
+        acc = i32(0)
+        for r in range(STENCIL.shape[0]):
+            for c in range(3):
+                acc += STENCIL[r, c] * (i + r - c)
+        out[i, 1] = f32(acc)
+
+
+@case()
+def constant_tables(device):
+    """Module-level NumPy arrays read in kernels and device functions as constant tables
+    (1-D and 2-D, float and int, len() and .shape)."""
+    n = 200
+    x = rng(64).random(n, np.float32)
+    out = np.zeros((n, 2), np.float32)
+    run(device, table_reads, 2, 128, x, out, n)
+    i = np.arange(n)
+    r, c = np.indices((3, 3))
+    expected_acc = [(STENCIL * (k + r - c)).sum() for k in i]
+    assert_equal(out[:, 0], x * WEIGHTS[i % 5], "weighted")
+    assert_equal(out[:, 1], np.array(expected_acc, np.float32), "stencil sums")

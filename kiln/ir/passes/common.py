@@ -33,7 +33,8 @@ def clone_function(func: ir.Function) -> ir.Function:
 def clone_program(program: ir.Program) -> ir.Program:
     """A copy that a transform may mutate without touching the (cached) original."""
     return ir.Program(clone_function(program.kernel),
-                      [clone_function(f) for f in program.functions], list(program.checks))
+                      [clone_function(f) for f in program.functions], list(program.checks),
+                      program.tables)
 
 
 def child_exprs(node: ir.Expr | ir.Stmt) -> list[ir.Expr]:

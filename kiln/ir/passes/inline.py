@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from ...errors import UnsupportedError
 from .. import nodes as ir
+from ..enums import MemorySpace
 from ..types import ArrayType, Type, bool_, is_aggregate
 from ..visit import Transformer, walk
 from .common import child_blocks, child_exprs, clone, clone_program, has_side_effects
@@ -55,7 +56,7 @@ def _inline(program: ir.Program, wanted: Callable[[ir.Function], bool], why: str
         else:
             kept.append(func)
     _Inliner(program.kernel, inlined, names, why).run()
-    return ir.Program(program.kernel, kept, program.checks)
+    return ir.Program(program.kernel, kept, program.checks, program.tables)
 
 
 def _stable(e: ir.Expr) -> bool:
@@ -202,6 +203,10 @@ class _Inliner:
             else:
                 renames[param.name] = self.temp(arg, stmts, f"{callee.name}_{param.name}")
         for name, t in callee.locals.items():
+            if isinstance(t, ArrayType) and t.space is MemorySpace.CONSTANT:
+                self.func.locals[name] = t  # a program-scope table keeps its name
+                renames[name] = ir.Var(t, name)
+                continue
             renames[name] = ir.Var(t, self.fresh(f"{callee.name}_{name}", t))
         body = _Rename(renames).transform_body(clone(callee.body))
         return stmts + _Returns(self, target, call.loc).lower(body)

@@ -353,8 +353,9 @@ def plan_kernel(program: ir.Program) -> Plan:
             init_reads = set().union(*(reads_and_writes(i.init)[0] for i in r.inductions))
             r.remat = _needed(remat, r.reads | init_reads)
     candidates = [*(p for p in kernel.params if p.name in writes),
-                  *(ir.Param(n, t) for n, t in kernel.locals.items()
-                    if not (isinstance(t, ArrayType) and t.space is MemorySpace.SHARED))]
+                  *(ir.Param(n, t) for n, t in kernel.locals.items()  # tables: program scope
+                    if not (isinstance(t, ArrayType)
+                            and t.space in (MemorySpace.SHARED, MemorySpace.CONSTANT)))]
     thread: list[str] = []
     for p in candidates:
         name = p.name
