@@ -411,7 +411,7 @@ KERNEL_ERRORS = [
     (string_value, kiln.UnsupportedError, "strings"),
     (uses_print, kiln.UnsupportedError, "print(...) is a statement of its own"),
     (while_else, kiln.UnsupportedError, "`while ... else`"),
-    (uses_slice, kiln.UnsupportedError, "slices"),
+    (uses_slice, kiln.KernelTypeError, "a[1:3] is a view of 'a', not a value"),
     (uses_match, kiln.KernelTypeError, "match takes a variant"),
     (for_over_array, kiln.UnsupportedError, "range(...)"),
     (calls_kernel, kiln.UnsupportedError, "make it a @kiln.func"),

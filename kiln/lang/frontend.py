@@ -57,6 +57,7 @@ from .resolve import StaticResolver, annotation_type
 from .source import ParsedFunction, parse_function
 from .tables import table_expr
 from .typing_rules import can_store, comparison_type, operand_type, unify
+from .views import View, ViewBuilder
 
 BINOPS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -121,7 +122,7 @@ def build_program(pyfunc: Callable[..., Any], arg_types: tuple[Type, ...],
     return ir.Program(main, list(ctx.order), tables=ctx.tables)
 
 
-class FunctionBuilder(AggregateBuilder):
+class FunctionBuilder(AggregateBuilder, ViewBuilder):
     """Builds one function's IR; see the module docstring for the type inference loop."""
 
     def __init__(self, pyfunc: Callable[..., Any], arg_types: Sequence[Type],
@@ -155,6 +156,7 @@ class FunctionBuilder(AggregateBuilder):
         tree = self.parsed.tree
         for _ in range(64):
             self.defined: set[str] = set(self.param_names)
+            self.views: dict[str, View] = {}
             self.loop_depth = 0
             self.temp_counter = 0
             self.has_tail_call = False
@@ -267,6 +269,11 @@ class FunctionBuilder(AggregateBuilder):
             return [self.store(target, self.expr(value_node), stmt)]
         if isinstance(target, ast.Attribute):
             return [self.assign_field(target, self.expr(value_node), stmt)]
+        if isinstance(value_node, ast.Subscript) and self.is_view_key(value_node):
+            if not isinstance(target, ast.Name):
+                raise UnsupportedError("a view is bound to a name (row = m[i])",
+                                       self.loc(target))
+            return self.bind_view(target.id, value_node, stmt)
         if not isinstance(target, ast.Name):
             raise UnsupportedError("can only assign to names, array elements and fields",
                                    self.loc(target))
@@ -427,7 +434,8 @@ class FunctionBuilder(AggregateBuilder):
         while isinstance(root, ast.Attribute):
             root = root.value
         return isinstance(root, ast.Name) and (root.id in self.param_names
-                                               or root.id in self.local_types)
+                                               or root.id in self.local_types
+                                               or root.id in self.views)
 
     def store(self, target: ast.Subscript, value: ir.Expr, stmt: ast.stmt) -> ir.Stmt:
         array, indices = self.subscript(target)
@@ -784,6 +792,12 @@ class FunctionBuilder(AggregateBuilder):
     def expr_Name(self, node: ast.Name) -> ir.Expr:
         if node.id in self.constants:
             return self.literal(self.constants[node.id], node)
+        if node.id in self.views:
+            view = self.views[node.id]
+            raise KernelTypeError(f"'{node.id}' is a view of '{view.array.name}': index it "
+                                  f"({node.id}[j]) or take len({node.id}); a view is not a "
+                                  "value (pass device functions the array and the index)",
+                                  self.loc(node))
         if node.id in self.param_names or node.id in self.local_types:
             return self.read_name(node)
         value = self.resolver.lookup(node.id, self.loc(node))
@@ -839,6 +853,12 @@ class FunctionBuilder(AggregateBuilder):
 
     def expr_Subscript(self, node: ast.Subscript) -> ir.Expr:
         if isinstance(node.value, ast.Attribute) and node.value.attr == "shape" \
+                and self.names_view(node.value.value):
+            axis = self.constant(node.slice)
+            if not isinstance(axis, int):
+                raise ConstantError("shape index must be a constant", self.loc(node.slice))
+            return self.view_length(node.value.value, axis, node.slice)
+        if isinstance(node.value, ast.Attribute) and node.value.attr == "shape" \
                 and (self.is_local(node.value.value) or isinstance(
                     self.resolver.try_resolve(node.value.value), np.ndarray)):  # a table
             array = self.expr(node.value.value)
@@ -864,6 +884,8 @@ class FunctionBuilder(AggregateBuilder):
     def vector_component(self, node: ast.Subscript) -> ast.Attribute | None:
         """`v[k]` of a vector `v` as the component access `v.x` / `.y` / `.z` / `.w` it
         means (None when `v` is not a vector); `k` is a constant, negative from the end."""
+        if self.names_view(node.value):
+            return None
         base_type = self.expr(node.value).type
         if not isinstance(base_type, VectorType):
             return None
@@ -880,10 +902,16 @@ class FunctionBuilder(AggregateBuilder):
         return ast.copy_location(component, node)
 
     def subscript(self, node: ast.Subscript) -> tuple[ir.Var, list[ir.Expr]]:
+        if self.names_view(node.value):
+            return self.view_element(node)
         base = self.expr(node.value)
         if not isinstance(base.type, ArrayType) or not isinstance(base, ir.Var):
             raise KernelTypeError(f"cannot index a {base.type} value", self.loc(node.value))
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if len(items) < base.type.ndim or any(isinstance(i, ast.Slice) for i in items):
+            raise KernelTypeError(f"{ast.unparse(node)} is a view of '{base.name}', not a "
+                                  f"value: bind it to a name (row = {ast.unparse(node)}) or "
+                                  f"index it further ({ast.unparse(node)}[j])", self.loc(node))
         if len(items) != base.type.ndim:
             raise KernelTypeError(f"'{base.name}' has {base.type.ndim} dimension(s) but is "
                                   f"indexed with {len(items)}", self.loc(node.slice))
@@ -1048,6 +1076,8 @@ class FunctionBuilder(AggregateBuilder):
             fn = {int: i32, float: f32, bool: bool_}[fn]
         if isinstance(fn, ScalarType):
             return self.cast_call(fn, node)
+        if fn is len and len(node.args) == 1 and self.names_view(node.args[0]):
+            return self.view_length(node.args[0], 0, node)
         if fn is len:
             args = self.positional(node, 1, "len")
             if not isinstance(args[0].type, ArrayType) or not isinstance(args[0], ir.Var):
@@ -1153,11 +1183,12 @@ class FunctionBuilder(AggregateBuilder):
                 folded = self.intrinsic_from_exprs(name, [folded, self.expr(extra)], node)
             return folded
         lo, hi = spec.arity
-        if not lo <= len(arg_nodes) <= hi:
+        args = (self.atomic_on_view(arg_nodes) if spec.category == "atomic" and arg_nodes
+                and self.names_view(arg_nodes[0]) else [self.expr(a) for a in arg_nodes])
+        if not lo <= len(args) <= hi:
             expected = str(lo) if lo == hi else f"{lo} to {hi}"
             raise ArityError(f"{name} takes {expected} argument(s), got {len(arg_nodes)}",
                              loc)
-        args = [self.expr(a) for a in arg_nodes]
         if spec.category == "atomic" and not isinstance(args[0], ir.Var):
             raise KernelTypeError(f"the first argument of {name} must be an array",
                                   self.loc(arg_nodes[0]))

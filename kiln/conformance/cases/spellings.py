@@ -129,3 +129,45 @@ def constant_tables(device):
     expected_acc = [(STENCIL * (k + r - c)).sum() for k in i]
     assert_equal(out[:, 0], x * WEIGHTS[i % 5], "weighted")
     assert_equal(out[:, 1], np.array(expected_acc, np.float32), "stencil sums")
+
+
+@kiln.kernel
+def view_uses(m: f32[:, :], a: f32[:], counts: i32[:, :], out: f32[:, :], lo: i32):
+    i = kiln.global_id(0)
+    if i < m.shape[0]:
+        row = m[i]                         # a row view
+        total = f32(0)
+        for j in range(len(row)):
+            total += row[j]
+        seg = a[lo:lo + 3]                 # a slice
+        tail = a[lo:]                      # open-ended: its length is len(a) - lo
+        out[i, 0] = total
+        out[i, 1] = seg[0] + seg[2] + f32(len(seg)) + f32(tail.shape[0])
+        out[i, 2] = m[i][1] + m[i, 2:][0]  # chained indexing, a row slice
+        col = m[:, 3]                      # a strided view
+        out[i, 3] = col[i] * 2.0
+        mine = counts[i]
+        kiln.atomic_add(mine, 0, 3)        # atomics through a view
+        mine[1] += i32(len(mine))          # an update through a view
+        for k in range(3):                 # binding a name again, in a loop
+            r = m[k]
+            out[i, 4] += r[0]
+
+
+@case()
+def views_in_kernels(device):
+    """Row views, slices (open-ended too), chained indexing, strided (column) views,
+    len()/.shape, writes, updates and atomics through views, a view bound in a loop."""
+    r = rng(65)
+    m = r.random((37, 5), np.float32)
+    a = r.random(20, np.float32)
+    counts = np.zeros((37, 2), np.int32)
+    out = np.zeros((37, 5), np.float32)
+    lo = 4
+    run(device, view_uses, 1, 64, m, a, counts, out, lo)
+    assert_close(out[:, 0], m.sum(axis=1, dtype=np.float64), "row sums", rtol=1e-5)
+    assert_close(out[:, 1], a[lo] + a[lo + 2] + 3 + (20 - lo), "slices", rtol=1e-6)
+    assert_equal(out[:, 2], m[:, 1] + m[:, 2], "chained indexing")
+    assert_equal(out[:, 3], m[:, 3] * 2, "a column view")
+    assert_close(out[:, 4], np.full(37, m[:3, 0].sum()), "a view bound in a loop", rtol=1e-6)
+    assert_equal(counts, np.tile(np.array([3, 2], np.int32), (37, 1)), "atomics and updates")

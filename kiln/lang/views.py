@@ -1,0 +1,226 @@
+"""Views of arrays in kernels: `row = m[i]`, `s = a[lo:hi]`, `r = m[i, :]`, `c = m[:, j]`,
+and chained indexing `m[i][j]` (a mixin of `FunctionBuilder`).
+
+A view is resolved when the kernel is compiled, with no new IR: it remembers its array and,
+per axis of the array, either a fixed index or a slice's start and length. Indexing the
+view indexes the array (`row[j]` is `m[i, j]`, `s[k]` is `a[lo + k]`), so every backend
+runs views as it runs arrays, and strided views (columns) cost nothing extra. A view bound
+to a name evaluates its indices once, into temporaries; binding the name again (in a loop)
+assigns those temporaries, so the name always means its latest binding. Views are read,
+written, updated, used with atomics, `len()` and `.shape`; they are not values of their own
+(no `b = row`, and not passed to device functions: pass the array and the index).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConstantError, KernelTypeError, UnsupportedError
+from ..ir import nodes as ir
+from ..ir.types import ArrayType, ScalarType, i32
+
+
+@dataclass
+class Axis:
+    """One axis of the viewed array: a fixed `index`, or a slice from `start` of `length`."""
+
+    index: ir.Expr | None = None
+    start: ir.Expr | None = None
+    length: ir.Expr | None = None
+
+
+@dataclass
+class View:
+    array: ir.Var
+    axes: list[Axis]
+    loc: ir.Loc
+
+    @property
+    def sliced(self) -> list[Axis]:
+        """The axes the view keeps, in order (its own axes)."""
+        return [a for a in self.axes if a.index is None]
+
+    @property
+    def shape_kind(self) -> tuple[bool, ...]:
+        return tuple(a.index is None for a in self.axes)
+
+
+class ViewBuilder:
+    """Views in kernels; mixed into `FunctionBuilder`."""
+
+    # the FunctionBuilder methods this mixin relies on
+    expr: Any
+    index: Any
+    binop: Any
+    cast: Any
+    loc: Any
+    temp: Any
+    literal_value: Any
+    views: dict[str, View]
+
+    # ------------------------------------------------------------ making views
+
+    def is_view_key(self, node: ast.Subscript) -> bool:
+        """Whether `node` takes a view: fewer indices than the array has axes, or a slice."""
+        base_ndim = self.viewed_ndim(node.value)
+        if base_ndim is None:
+            return False
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        return len(items) < base_ndim or any(isinstance(i, ast.Slice) for i in items)
+
+    def viewed_ndim(self, node: ast.expr) -> int | None:
+        """The number of axes of the array or view `node` names (None: not one)."""
+        if isinstance(node, ast.Name) and node.id in self.views:
+            return len(self.views[node.id].sliced)
+        if isinstance(node, ast.Subscript) and self.is_view_key(node):
+            return len(self.view_of(node).sliced)
+        if isinstance(node, ast.Name):
+            t = self.param_names.get(node.id) or self.local_types.get(node.id)  # type: ignore
+            if isinstance(t, ArrayType):
+                return t.ndim
+            if t is None:  # a module-level table?
+                import numpy as np
+
+                value = self.resolver.try_resolve(node)  # type: ignore[attr-defined]
+                if isinstance(value, np.ndarray):
+                    return value.ndim
+        return None
+
+    def base_view(self, node: ast.expr) -> View:
+        """`node` (an array, a view name, or a view expression) as a view of all its axes."""
+        if isinstance(node, ast.Name) and node.id in self.views:
+            return self.views[node.id]
+        if isinstance(node, ast.Subscript):
+            return self.view_of(node)
+        array = self.expr(node)
+        if not isinstance(array, ir.Var) or not isinstance(array.type, ArrayType):
+            raise KernelTypeError(f"cannot take a view of a {array.type}", self.loc(node))
+        axes = [Axis(start=ir.Const(i32, 0, loc=array.loc),
+                     length=ir.ArrayDim(i32, array, k, loc=array.loc))
+                for k in range(array.type.ndim)]
+        return View(array, axes, self.loc(node))
+
+    def view_of(self, node: ast.Subscript) -> View:
+        """The view `node` takes (indices evaluated where they stand)."""
+        outer = self.base_view(node.value)
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        own = outer.sliced
+        if len(items) > len(own):
+            raise KernelTypeError(f"a view with {len(own)} axis(es) is indexed with "
+                                  f"{len(items)}", self.loc(node.slice))
+        new_axes: dict[int, Axis] = {}
+        for axis, item in zip(own, items):
+            new_axes[id(axis)] = self.narrow(axis, item)
+        axes = [new_axes.get(id(a), a) for a in outer.axes]
+        return View(outer.array, axes, self.loc(node))
+
+    def narrow(self, axis: Axis, item: ast.expr) -> Axis:
+        """One axis of a view indexed by an index or a slice."""
+        assert axis.start is not None and axis.length is not None
+        if not isinstance(item, ast.Slice):
+            return Axis(index=self.offset(axis.start, self.index(item), item))
+        if item.step is not None:
+            raise UnsupportedError("views take slices without a step (a[lo:hi])",
+                                   self.loc(item.step))
+        lo = self.index(item.lower) if item.lower is not None else None
+        hi = self.index(item.upper) if item.upper is not None else None
+        start = axis.start if lo is None else self.offset(axis.start, lo, item)
+        if hi is None:
+            length = axis.length if lo is None else self.binop("-", axis.length, lo, item)
+        else:
+            length = hi if lo is None else self.binop("-", hi, lo, item)
+        return Axis(start=start, length=length)
+
+    def offset(self, start: ir.Expr, index: ir.Expr, node: ast.AST) -> ir.Expr:
+        value = self.literal_value(start)
+        return index if value == 0 else self.binop("+", start, index, node)
+
+    # ------------------------------------------------------------ names
+
+    def bind_view(self, name: str, node: ast.Subscript, stmt: ast.stmt) -> list[ir.Stmt]:
+        """`name = m[i]`: the view's indices into temporaries (the same ones when `name`
+        is bound again to a view of the same array and kind)."""
+        view = self.view_of(node)
+        old = self.views.get(name)
+        if old is not None and (old.array.name != view.array.name
+                                or old.shape_kind != view.shape_kind):
+            raise KernelTypeError(f"'{name}' is a view of '{old.array.name}' with "
+                                  f"{len(old.sliced)} axis(es) (line {old.loc.line}); bind "
+                                  "another kind of view to another name", self.loc(stmt))
+        out: list[ir.Stmt] = []
+        axes = []
+        for k, axis in enumerate(view.axes):
+            fields = {}
+            for field in ("index", "start", "length"):
+                value = getattr(axis, field)
+                if value is None:
+                    continue
+                target = getattr(old.axes[k], field) if old is not None else None
+                fields[field] = self.hold(value, target, out)
+            axes.append(Axis(**fields))
+        self.views[name] = View(view.array, axes, self.loc(stmt))
+        return out
+
+    def hold(self, value: ir.Expr, target: ir.Expr | None, out: list[ir.Stmt]) -> ir.Expr:
+        """`value` in a temporary (`target`, when the name is bound again)."""
+        if target is None and isinstance(value, (ir.Const, ir.ArrayDim)):
+            return value  # fixed for the array: nothing to hold
+        if isinstance(target, ir.Var):
+            out.append(ir.Assign(target.name, self.cast(value, target.type), loc=value.loc))
+            return target
+        if target is not None:  # held as a constant before: now it varies
+            raise ConstantError("a view bound again must keep its constant bounds",
+                                value.loc)
+        assert isinstance(value.type, ScalarType)
+        name = self.temp(value.type)
+        out.append(ir.Assign(name, value, loc=value.loc))
+        return ir.Var(value.type, name, loc=value.loc)
+
+    # ------------------------------------------------------------ using views
+
+    def view_element(self, node: ast.Subscript) -> tuple[ir.Var, list[ir.Expr]]:
+        """`v[j, ...]` of a view: the array and its indices."""
+        view = self.base_view(node.value)
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        own = view.sliced
+        if len(items) != len(own) or any(isinstance(i, ast.Slice) for i in items):
+            raise KernelTypeError(f"a view with {len(own)} axis(es) is indexed with "
+                                  f"{len(items)} index(es)", self.loc(node.slice))
+        given = {id(a): self.index(item) for a, item in zip(own, items)}
+        indices = []
+        for a in view.axes:
+            if a.index is not None:
+                indices.append(a.index)
+            else:
+                assert a.start is not None
+                indices.append(self.offset(a.start, given[id(a)], node))
+        return view.array, indices
+
+    def view_length(self, node: ast.expr, axis: int, where: ast.AST) -> ir.Expr:
+        """`len(v)` / `v.shape[axis]`."""
+        own = self.base_view(node).sliced
+        if not -len(own) <= axis < len(own):
+            raise ConstantError(f"shape index must be a constant in 0..{len(own) - 1}",
+                                self.loc(where))
+        length = own[axis % len(own)].length
+        assert length is not None
+        return length
+
+    def is_view_name(self, node: ast.expr) -> bool:
+        return isinstance(node, ast.Name) and node.id in self.views
+
+    def names_view(self, node: ast.expr) -> bool:
+        """Whether `node` is a view: a view's name, or a subscript that takes one."""
+        return self.is_view_name(node) or (isinstance(node, ast.Subscript)
+                                           and self.is_view_key(node))
+
+    def atomic_on_view(self, arg_nodes: list[ast.expr]) -> list[ir.Expr]:
+        """`kiln.atomic_add(row, j, v)`: the array and its indices, then the values."""
+        count = len(self.base_view(arg_nodes[0]).sliced)
+        key = ast.Tuple(elts=arg_nodes[1:1 + count], ctx=ast.Load())
+        element = ast.copy_location(ast.Subscript(value=arg_nodes[0], slice=key,
+                                                  ctx=ast.Load()), arg_nodes[0])
+        array, indices = self.view_element(element)
+        return [array, *indices, *(self.expr(a) for a in arg_nodes[1 + count:])]
