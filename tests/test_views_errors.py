@@ -11,14 +11,19 @@ from kiln import f32, i32
 
 
 @kiln.func
-def first(a: f32[:]) -> f32:
-    return a[0]
+def first_of_matrix(a: f32[:, :]) -> f32:
+    return a[0, 0]
 
 
 @kiln.kernel
 def view_as_value(m: f32[:, :], out: f32[:]):
     row = m[0]
-    out[0] = first(row)  # error
+    out[0] = row  # error
+
+
+@kiln.kernel
+def view_of_wrong_rank(m: f32[:, :], out: f32[:]):
+    out[0] = first_of_matrix(m[0])  # error
 
 
 @kiln.kernel
@@ -62,6 +67,8 @@ def view_into_tuple(m: f32[:, :]):
 
 @pytest.mark.parametrize(("kernel", "cls", "fragment"), [
     (view_as_value, kiln.KernelTypeError, "'row' is a view of 'm': index it (row[j])"),
+    (view_of_wrong_rank, kiln.KernelTypeError,
+     "argument 'a' of first_of_matrix expects f32[:, :], got a view of 1 axis(es) of f32"),
     (view_aliased, kiln.KernelTypeError, "a view is not a value"),
     (view_with_step, kiln.UnsupportedError, "views take slices without a step"),
     (view_indexed_too_much, kiln.KernelTypeError, "a view with 1 axis(es) is indexed with 2"),

@@ -57,7 +57,7 @@ from .resolve import StaticResolver, annotation_type
 from .source import ParsedFunction, parse_function
 from .tables import table_expr
 from .typing_rules import can_store, comparison_type, operand_type, unify
-from .views import View, ViewBuilder
+from .views import View, ViewBuilder, ViewParam, view_params
 
 BINOPS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -135,9 +135,13 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
         self.name = name or pyfunc.__name__
         self.constants: dict[str, Any] = {}  # constexpr parameters and static loop variables
         self.params: list[ir.Param] = []
+        self.param_views: dict[str, View] = {}  # parameters that receive views
         for a, t in zip(self.parsed.tree.args.args, arg_types):
             if isinstance(t, ConstexprType):
                 self.constants[a.arg] = t.value
+            elif isinstance(t, ViewParam):
+                params, self.param_views[a.arg] = view_params(a.arg, t, self.loc(a))
+                self.params += params
             else:
                 self.params.append(ir.Param(a.arg, t))
         self.param_names = {p.name: p.type for p in self.params}
@@ -156,7 +160,7 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
         tree = self.parsed.tree
         for _ in range(64):
             self.defined: set[str] = set(self.param_names)
-            self.views: dict[str, View] = {}
+            self.views: dict[str, View] = dict(self.param_views)
             self.loop_depth = 0
             self.temp_counter = 0
             self.has_tail_call = False
@@ -795,8 +799,8 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
         if node.id in self.views:
             view = self.views[node.id]
             raise KernelTypeError(f"'{node.id}' is a view of '{view.array.name}': index it "
-                                  f"({node.id}[j]) or take len({node.id}); a view is not a "
-                                  "value (pass device functions the array and the index)",
+                                  f"({node.id}[j]), take len({node.id}) or pass it to a device "
+                                  "function; a view is not a value",
                                   self.loc(node))
         if node.id in self.param_names or node.id in self.local_types:
             return self.read_name(node)
@@ -1259,10 +1263,16 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
                 raise ArityError(f"{fn.name} takes {len(params)} argument(s) "
                                  f"({', '.join(p for p, _ in params)}); '{pname}' is missing",
                                  loc)
-        args = [self.expr(a) for a in ordered]
+        args = [None if self.names_view(a) else self.expr(a) for a in ordered]
         types: list[Type] = []
         converted: list[ir.Expr] = []
         for (pname, ptype), a, a_node in zip(params, args, ordered):
+            if a is None:  # a view: the array and its indices, bounds and lengths
+                view_type, parts = self.view_argument(
+                    a_node, ptype, f"argument '{pname}' of {fn.name}")
+                types.append(view_type)
+                converted += parts
+                continue
             if isinstance(a.type, ArrayType):
                 if not isinstance(a, ir.Var):
                     raise KernelTypeError("array arguments must be array variables",

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import ConstantError, KernelTypeError, UnsupportedError
 from ..ir import nodes as ir
-from ..ir.types import ArrayType, ScalarType, i32
+from ..ir.types import ArrayType, ScalarType, Type, i32
 
 
 @dataclass
@@ -45,6 +45,36 @@ class View:
     @property
     def shape_kind(self) -> tuple[bool, ...]:
         return tuple(a.index is None for a in self.axes)
+
+
+@dataclass(frozen=True)
+class ViewParam(Type):
+    """A device function's parameter that receives a view: the array, then per axis of
+    the array its fixed index (`kinds[k]` False) or its slice's start and length (True),
+    as i32 parameters. The function specialises per view kind."""
+
+    array: ArrayType
+    kinds: tuple[bool, ...]
+
+    def __repr__(self) -> str:
+        axes = ", ".join(":" if kept else "i" for kept in self.kinds)
+        return f"view {self.array.elem}[{axes}]"
+
+    @property
+    def ndim(self) -> int:
+        return sum(self.kinds)
+
+
+def view_params(name: str, t: ViewParam, loc: ir.Loc | None) -> tuple[list[ir.Param], View]:
+    """The IR parameters of view parameter `name`, and the view they make."""
+    array = ir.Param(f"_kv_{name}", t.array)
+    params, axes = [array], []
+    for k, kept in enumerate(t.kinds):
+        names = ("start", "length") if kept else ("index",)
+        made = {n: ir.Param(f"_kv_{name}_{n}{k}", i32) for n in names}
+        params += made.values()
+        axes.append(Axis(**{n: ir.Var(i32, p.name, loc=loc) for n, p in made.items()}))
+    return params, View(ir.Var(t.array, array.name, loc=loc), axes, loc)  # type: ignore[arg-type]
 
 
 class ViewBuilder:
@@ -224,3 +254,19 @@ class ViewBuilder:
                                                   ctx=ast.Load()), arg_nodes[0])
         array, indices = self.view_element(element)
         return [array, *indices, *(self.expr(a) for a in arg_nodes[1 + count:])]
+
+    def view_argument(self, node: ast.expr, ptype: Type | None, what: str
+                      ) -> tuple[ViewParam, list[ir.Expr]]:
+        """A view passed to a device function: its parameter type and the arguments (the
+        array, then each axis's index or start and length)."""
+        view = self.base_view(node)
+        t = ViewParam(view.array.type, view.shape_kind)  # type: ignore[arg-type]
+        if ptype is not None and (not isinstance(ptype, ArrayType)
+                                  or ptype.elem != t.array.elem or ptype.ndim != t.ndim):
+            raise KernelTypeError(f"{what} expects {ptype}, got a view of {t.ndim} axis(es) "
+                                  f"of {t.array.elem}", self.loc(node))
+        args: list[ir.Expr] = [view.array]
+        for axis in view.axes:
+            parts = (axis.index,) if axis.index is not None else (axis.start, axis.length)
+            args += [self.cast(p, i32) for p in parts]  # type: ignore[arg-type]
+        return t, args

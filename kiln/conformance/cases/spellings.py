@@ -131,6 +131,20 @@ def constant_tables(device):
     assert_equal(out[:, 1], np.array(expected_acc, np.float32), "stencil sums")
 
 
+@kiln.func
+def view_sum(v: f32[:]) -> f32:
+    """Takes arrays and views alike (a specialisation per kind of view)."""
+    s = f32(0)
+    for k in range(len(v)):
+        s += v[k]
+    return s
+
+
+@kiln.func
+def bump_first(v: f32[:]):
+    v[0] += 1.0
+
+
 @kiln.kernel
 def view_uses(m: f32[:, :], a: f32[:], counts: i32[:, :], out: f32[:, :], lo: i32):
     i = kiln.global_id(0)
@@ -152,19 +166,30 @@ def view_uses(m: f32[:, :], a: f32[:], counts: i32[:, :], out: f32[:, :], lo: i3
         for k in range(3):                 # binding a name again, in a loop
             r = m[k]
             out[i, 4] += r[0]
+        out[i, 5] = view_sum(row) + view_sum(a[lo:lo + 2]) + view_sum(m[:, 4])  # passed on
+        bump_first(m[i, 1:])
 
 
 @case()
 def views_in_kernels(device):
     """Row views, slices (open-ended too), chained indexing, strided (column) views,
-    len()/.shape, writes, updates and atomics through views, a view bound in a loop."""
+    len()/.shape, writes, updates and atomics through views, a view bound in a loop, views
+    passed to device functions (and written there)."""
     r = rng(65)
     m = r.random((37, 5), np.float32)
     a = r.random(20, np.float32)
     counts = np.zeros((37, 2), np.int32)
-    out = np.zeros((37, 5), np.float32)
+    out = np.zeros((37, 6), np.float32)
     lo = 4
+    original = m.copy()
     run(device, view_uses, 1, 64, m, a, counts, out, lo)
+    bumped, m = m, original
+    expected = original.copy()
+    expected[:, 1] += 1
+    assert_equal(bumped, expected, "m after writes through views passed to a function")
+    assert_close(out[:, 5], m.sum(axis=1, dtype=np.float64) + a[lo] + a[lo + 1]
+                 + m[:, 4].sum(dtype=np.float64), "views passed to device functions",
+                 rtol=1e-5)
     assert_close(out[:, 0], m.sum(axis=1, dtype=np.float64), "row sums", rtol=1e-5)
     assert_close(out[:, 1], a[lo] + a[lo + 2] + 3 + (20 - lo), "slices", rtol=1e-6)
     assert_equal(out[:, 2], m[:, 1] + m[:, 2], "chained indexing")
