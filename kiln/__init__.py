@@ -30,6 +30,18 @@ from .framework.backend import (
     JITBackend,
 )
 from .framework.registry import register_backend
+from .framework.sharding import (
+    Partials,
+    Shard,
+    ShardedArray,
+    ShardError,
+    launch_sharded,
+    partials,
+    shard,
+    shard_empty,
+    shard_rows,
+    shard_start,
+)
 from .framework.sizing import Dim, dim
 from .ir.enums import ExtensibleEnum, MemorySpace
 from .ir.intrinsics import Intrinsic, Variance, intrinsics

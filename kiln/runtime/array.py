@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -109,12 +109,55 @@ class DeviceArray:
                                                   stream.handle)
         return out
 
+    def to(self, device: Device | str, stream: Stream | None = None) -> DeviceArray:
+        """A copy of this array on `device`, of any backend, queued on `stream` (by default
+        `device`'s default stream) after the work queued on this array's default stream.
+        Between parts of one device, or devices of a backend that copies between its
+        devices (`PeerCopy`), nothing waits; otherwise the data goes through the host,
+        which waits for this array's device and then queues the upload."""
+        out = empty(self.shape, self.dtype, resolve_device(device))
+        copy_array(out, self, stream)
+        return out
+
     def copy_from_host(self, src: np.ndarray, stream: Stream | None = None) -> None:
         stream = stream or self.device.default_stream
         src = np.ascontiguousarray(src, dtype=self.dtype)
         if src.shape != self.shape:
             raise ValueError(f"shape {src.shape} does not match the device array's {self.shape}")
         self.device.backend.copy_host_to_device(self.buffer, src, stream.handle)
+
+
+@runtime_checkable
+class PeerCopy(Protocol):
+    """Optional backend protocol: copies between two of the backend's devices, queued on
+    the destination's stream and ordered after the work queued on `src_stream`."""
+
+    def copy_peer(self, dst: Any, src: Any, nbytes: int, src_stream: Any,
+                  stream: Any) -> None: ...
+
+
+def copy_array(dst: DeviceArray, src: DeviceArray, stream: Stream | None = None) -> None:
+    """Copy `src` into `dst` (same shape and dtype; any two devices), queued on `stream`,
+    by default `dst`'s device's default stream."""
+    if src.shape != dst.shape or src.dtype != dst.dtype:
+        raise ValueError(f"cannot copy a {src.dtype} array of shape {src.shape} into a "
+                         f"{dst.dtype} array of shape {dst.shape}")
+    for array in (src, dst):
+        if isinstance(array, DeviceArrayView):
+            raise ValueError(f"cannot copy between devices through this view "
+                             f"({array.launch_problem}); copy() it first")
+    stream = stream or dst.device.default_stream
+    if stream.device is not dst.device:
+        raise ValueError(f"the copy's stream is on {stream.device.name}, but the destination "
+                         f"array is on {dst.device.name}")
+    backend = dst.device.backend
+    if src.device is dst.device:
+        backend.copy_device_to_device(dst.buffer, src.buffer, src.nbytes, stream.handle)
+    elif src.device.backend is backend and isinstance(backend, PeerCopy):
+        backend.copy_peer(dst.buffer, src.buffer, src.nbytes,
+                          src.device.default_stream.handle, stream.handle)
+    else:
+        dst.copy_from_host(src.copy_to_host(), stream)
 
 
 def _dtype_of(dtype: Any) -> np.dtype:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .status import StatusWatch, raise_failed
 from .stdio import flush as flush_c_stdout
@@ -12,22 +13,52 @@ if TYPE_CHECKING:
     from ..framework.backend import Backend, Capabilities
 
 
+@runtime_checkable
+class Partitionable(Protocol):
+    """Optional backend protocol: devices that split into sub-devices (OpenCL's device
+    fission, OCANNL's multicore backend), each with part of the compute units and its
+    own queues, sharing the parent's memory."""
+
+    def partition(self, device: Device, parts: int) -> Sequence[tuple[Any, Capabilities]]:
+        """`parts` (handle, capabilities) pairs, one per sub-device."""
+        ...
+
+
 class Device:
-    """One device of one backend, named `backend:index` (e.g. `cuda:0`)."""
+    """One device of one backend, named `backend:index` (e.g. `cuda:0`); a sub-device from
+    `split` is `backend:index.part` (e.g. `cpu:0.1`)."""
 
     def __init__(self, backend: Backend, index: int, handle: Any, capabilities: Capabilities,
-                 priority: int) -> None:
+                 priority: int, part: int | None = None) -> None:
         self.backend = backend
         self.index = index
         self.handle = handle
         self.capabilities = capabilities
         self.priority = priority
+        self.part = part
         self._default_stream: Stream | None = None
         self.streams: weakref.WeakSet[Stream] = weakref.WeakSet()
 
     @property
     def name(self) -> str:
-        return f"{self.backend.name}:{self.index}"
+        suffix = "" if self.part is None else f".{self.part}"
+        return f"{self.backend.name}:{self.index}{suffix}"
+
+    def split(self, parts: int) -> list[Device]:
+        """This device as `parts` sub-devices that run their launches concurrently, each on
+        its share of the compute units (the cpu backend splits its OpenMP threads). Arrays
+        of one part are in memory the others can copy from directly."""
+        if not isinstance(self.backend, Partitionable):
+            raise ValueError(f"{self.name} cannot be split: the {self.backend.name} backend "
+                             "does not partition its devices")
+        if self.part is not None:
+            raise ValueError(f"{self.name} is already a part of {self.backend.name}:"
+                             f"{self.index}: split the whole device")
+        if not isinstance(parts, int) or not 1 <= parts <= self.capabilities.compute_units:
+            raise ValueError(f"{self.name} splits into 1 to {self.capabilities.compute_units} "
+                             f"parts (its compute units), not {parts!r}")
+        return [Device(self.backend, self.index, handle, caps, self.priority, part)
+                for part, (handle, caps) in enumerate(self.backend.partition(self, parts))]
 
     def __repr__(self) -> str:
         return f"<kiln.Device {self.name} ({self.capabilities.name})>"

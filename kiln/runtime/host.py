@@ -14,7 +14,10 @@ from collections.abc import Callable
 
 
 class HostStream:
-    def __init__(self, name: str = "kiln-stream") -> None:
+    """`threads`: how many host threads the work of this stream may use (None: all)."""
+
+    def __init__(self, name: str = "kiln-stream", threads: int | None = None) -> None:
+        self.threads = threads
         self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._pending = 0
         self._lock = threading.Condition()
@@ -115,6 +118,19 @@ class HostMemoryMixin:
 
     def copy_device_to_device(self, dst, src, nbytes: int, stream: HostStream) -> None:
         stream.enqueue(lambda: dst.__setitem__(slice(0, nbytes), src[:nbytes]))
+
+    def copy_peer(self, dst, src, nbytes: int, src_stream: HostStream,
+                  stream: HostStream) -> None:
+        """Between two devices in host memory: queued on `stream`, after an event that
+        `src_stream` reaches once the work queued on it before the copy is done."""
+        ready = HostEvent()
+        ready.record(src_stream)
+
+        def copy() -> None:
+            ready.synchronize()
+            dst[:nbytes] = src[:nbytes]
+
+        stream.enqueue(copy)
 
     def create_stream(self, device) -> HostStream:
         return HostStream(f"kiln-{device.name}")

@@ -9,7 +9,7 @@ import struct
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from ...ir.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
 from ...ir.passes import Pass, lower_thread_loops, pipeline_for, widen_index_arithmetic
 from ...options import DEFAULT_OPTIONS, KernelOptions
+from ...runtime.device import Device
 from ...runtime.host import HostMemoryMixin, HostStream, host_memory_bytes
 from .dialect import BLOCK_DIMS, SLOT, CpuEmitter
 from .toolchain import OPTION_FLAGS, compile_command, toolchain
@@ -86,12 +87,13 @@ def _num_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _team_size(grid: Dim3, block: Dim3) -> int:
-    """OpenMP threads for one launch: no more than blocks, one for a small launch."""
+def _team_size(grid: Dim3, block: Dim3, threads: int) -> int:
+    """OpenMP threads for one launch: no more than the device's threads and the blocks,
+    one for a small launch."""
     blocks = grid[0] * grid[1] * grid[2]
     if blocks * block[0] * block[1] * block[2] < SMALL_LAUNCH:
         return 1
-    return min(_num_threads(), blocks)
+    return min(threads, blocks)
 
 
 def _passive_waits() -> None:
@@ -148,6 +150,16 @@ class CpuBackend(HostMemoryMixin, JITBackend):
         )
         return [(threads, caps)]
 
+    def partition(self, device: Device, parts: int) -> list[tuple[int, Capabilities]]:
+        """Sub-devices with a share of the device's OpenMP threads each; a launch on one
+        runs its blocks on that many threads, beside launches on the others."""
+        threads: int = device.handle
+        shares = [threads // parts + (k < threads % parts) for k in range(parts)]
+        return [(share, replace(device.capabilities, compute_units=share)) for share in shares]
+
+    def create_stream(self, device: Device) -> HostStream:
+        return HostStream(f"kiln-{device.name}", threads=device.handle)
+
     def pipeline(self, device: Any) -> Sequence[Pass]:
         """The shared pipeline (with the device feature check: f16 needs gcc's _Float16;
         warp operations lowered for one-thread warps), then the block's threads as
@@ -192,7 +204,8 @@ class CpuBackend(HostMemoryMixin, JITBackend):
                stream: HostStream) -> None:
         entry = routine.binary(block).entry
         values = abi_values(routine.abi, args, lambda a: a.buffer.ctypes.data)
-        packed = routine.layout.pack(*values, *grid, _team_size(grid, block))
+        packed = routine.layout.pack(*values, *grid,
+                                     _team_size(grid, block, stream.threads or _num_threads()))
         keep = [a.buffer for a in args if hasattr(a, "buffer")]  # alive until the launch ran
 
         def run() -> None:

@@ -1,0 +1,240 @@
+"""Sharded arrays and launches (SPOC's partition and gather): one array split over several
+devices along its first axis, one launch per device at once, gathered back.
+
+A shard holds its rows plus `halo` ghost rows on each side (zeros past the array's ends);
+`refresh_halo()` copies each shard's edge rows into its neighbours' ghost rows. A sharded
+launch passes each device its shard and, for the `kiln.shard_start` / `kiln.shard_rows`
+placeholders, where that shard starts in the whole array and how many rows it owns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..lang.errors import LaunchError
+from ..lang.kernel import launch
+from ..runtime.array import DeviceArray, DeviceArrayView, _layout, copy_array, empty, full, zeros
+from ..runtime.selection import device as resolve_device
+
+if TYPE_CHECKING:
+    from ..lang.kernel import Kernel
+    from ..runtime.device import Device
+
+
+class _Placeholder:
+    """A launch argument standing for a per-shard number."""
+
+    def __init__(self, name: str, value: Callable[[Shard], int]) -> None:
+        self.name, self.value = name, value
+
+    def __repr__(self) -> str:
+        return f"kiln.{self.name}"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One device's part: rows `start:stop` of the whole array, in `array` after `halo`
+    ghost rows (and followed by as many)."""
+
+    device: Device
+    array: DeviceArray
+    start: int
+    stop: int
+    halo: int
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def owned(self) -> DeviceArray:
+        """The shard's own rows, without ghost rows."""
+        return self.array[self.halo:self.halo + self.rows] if self.halo else self.array
+
+
+shard_start = _Placeholder("shard_start", lambda s: s.start)
+"""Launch argument: the index, in the whole array, of the shard's first own row."""
+shard_rows = _Placeholder("shard_rows", lambda s: s.rows)
+"""Launch argument: how many rows the shard owns (its `dim` in a sharded launch)."""
+
+
+def split_rows(n: int, parts: int) -> list[tuple[int, int]]:
+    """`parts` contiguous (start, stop) ranges covering `range(n)`, sizes differing by one
+    at most (the first ones larger), as `numpy.array_split`."""
+    bounds = [k * (n // parts) + min(k, n % parts) for k in range(parts + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+class ShardedArray:
+    """An array split over devices along its first axis (see the module docstring)."""
+
+    def __init__(self, shards: Sequence[Shard], shape: tuple[int, ...], dtype: np.dtype
+                 ) -> None:
+        self.shards = list(shards)
+        self.shape = shape
+        self.dtype = dtype
+
+    @property
+    def devices(self) -> list[Device]:
+        return [s.device for s in self.shards]
+
+    @property
+    def halo(self) -> int:
+        return self.shards[0].halo
+
+    def __repr__(self) -> str:
+        where = ", ".join(f"{s.device.name}[{s.start}:{s.stop}]" for s in self.shards)
+        return f"<kiln.ShardedArray shape={self.shape} dtype={self.dtype} halo={self.halo}: " \
+               f"{where}>"
+
+    def refresh_halo(self) -> None:
+        """Copy each shard's first and last `halo` own rows into its neighbours' ghost rows,
+        queued on the neighbours' default streams after the work queued before."""
+        h = self.halo
+        for left, right in zip(self.shards, self.shards[1:]) if h else ():
+            if left.rows < h or right.rows < h:
+                raise ValueError(f"a halo of {h} rows needs shards of {h} rows or more; "
+                                 f"{left.device.name} has {left.rows}, {right.device.name} "
+                                 f"{right.rows}")
+            _copy_rows(right.array, 0, left.array, left.rows, h)
+            _copy_rows(left.array, h + left.rows, right.array, h, h)
+
+    def gather(self, out: np.ndarray | None = None) -> np.ndarray:
+        """The whole array on the host, once every shard's queued work is done."""
+        if out is None:
+            out = np.empty(self.shape, self.dtype)
+        for shard in self.shards:
+            with _naming(shard, "gathering"):
+                shard.owned.copy_to_host(out[shard.start:shard.stop])
+        return out
+
+
+class ShardError(LaunchError):
+    """Work on one shard failed: the message says which rows on which device; the
+    original error is the `__cause__`."""
+
+    def __init__(self, message: str, shard: Shard) -> None:
+        super().__init__(message)
+        self.shard = shard
+
+
+@contextmanager
+def _naming(shard: Shard, doing: str) -> Iterator[None]:
+    """Errors while `doing` something with `shard` say which shard (and device) failed."""
+    try:
+        yield
+    except Exception as error:
+        where = f"{doing} shard rows {shard.start}:{shard.stop} on {shard.device.name}"
+        raise ShardError(f"{where}: {type(error).__name__}: {error}", shard) from error
+
+
+def _copy_rows(dst: DeviceArray, at: int, src: DeviceArray, start: int, rows: int) -> None:
+    """dst[at:at+rows] = src[start:start+rows], on dst's default stream. A device that
+    cannot point at those rows (OpenCL sub-buffers start only at aligned addresses) has
+    its whole array rewritten through the host instead."""
+    target, source = dst[at:at + rows], src[start:start + rows]
+    if isinstance(source, DeviceArrayView):
+        source = source.copy()
+    if not isinstance(target, DeviceArrayView):
+        copy_array(target, source)
+        return
+    whole = dst.numpy()
+    whole[at:at + rows] = source.numpy()
+    dst.copy_from_host(whole)
+
+
+def _devices(devices: Sequence[Device | str]) -> list[Device]:
+    found = [resolve_device(d) for d in devices]
+    if not found:
+        raise ValueError("a sharded array needs at least one device")
+    if len({d.name for d in found}) != len(found):
+        raise ValueError(f"devices repeat: {[d.name for d in found]}")
+    return found
+
+
+def shard_empty(shape: int | tuple[int, ...], dtype: Any, devices: Sequence[Device | str],
+                halo: int = 0) -> ShardedArray:
+    """A new array of `shape` split over `devices` along its first axis (ghost rows are
+    zeros, own rows uninitialised)."""
+    dims, dt = _layout(shape, dtype)
+    devs = _devices(devices)
+    if halo < 0:
+        raise ValueError(f"halo must be 0 or more rows, got {halo}")
+    shards = []
+    for dev, (start, stop) in zip(devs, split_rows(dims[0], len(devs))):
+        local = (stop - start + 2 * halo, *dims[1:])
+        array = zeros(local, dt, dev) if halo else empty(local, dt, dev)
+        shards.append(Shard(dev, array, start, stop, halo))
+    return ShardedArray(shards, dims, dt)
+
+
+def shard(array: np.ndarray | DeviceArray, devices: Sequence[Device | str], halo: int = 0
+          ) -> ShardedArray:
+    """`array` split over `devices` along its first axis, with `halo` ghost rows on each
+    side of every shard already filled from the neighbours."""
+    host = array.numpy() if isinstance(array, DeviceArray) else np.asarray(array)
+    if host.ndim == 0:
+        raise ValueError("only arrays of one or more dimensions can be sharded")
+    out = shard_empty(host.shape, host.dtype, devices, halo)
+    for s in out.shards:
+        lo, hi = max(s.start - halo, 0), min(s.stop + halo, host.shape[0])
+        local = np.zeros(s.array.shape, host.dtype)
+        first = halo - (s.start - lo)
+        local[first:first + hi - lo] = host[lo:hi]
+        s.array.copy_from_host(local)
+    return out
+
+
+def launch_sharded(kernel: Kernel, args: Sequence[Any], dim: Any = None) -> None:
+    """Launch `kernel` once per device, each on its device's default stream (so the
+    devices run at once): a `ShardedArray` argument becomes that device's shard (ghost rows
+    included), a `Partials` argument that device's array, `kiln.shard_start` and
+    `kiln.shard_rows` the shard's start and own rows. `dim` is a problem size per shard
+    (default: the shard's own rows times the first sharded argument's other axes), or a
+    function of the `Shard` giving one."""
+    sharded = [a for a in args if isinstance(a, ShardedArray)]
+    if not sharded:
+        raise LaunchError(f"launch_sharded({kernel.name}): no argument is a ShardedArray")
+    layout = [(s.device, s.start, s.stop) for s in sharded[0].shards]
+    for other in sharded[1:]:
+        if [(s.device, s.start, s.stop) for s in other.shards] != layout:
+            raise LaunchError(f"launch_sharded({kernel.name}): sharded arguments must be split "
+                              f"over the same devices at the same rows; {sharded[0]!r} and "
+                              f"{other!r} are not")
+    for k, first in enumerate(sharded[0].shards):
+        local = [a.shards[k].array if isinstance(a, ShardedArray)
+                 else a.on(first.device) if isinstance(a, Partials)
+                 else a.value(first) if isinstance(a, _Placeholder) else a for a in args]
+        size = (dim(first) if callable(dim) else dim if dim is not None
+                else (first.rows, *sharded[0].shape[1:]))
+        with _naming(first, f"launching {kernel.name} on"):
+            launch(kernel, dim=size, args=local, device=first.device)
+
+
+@dataclass
+class Partials:
+    """One array per device, for results each device accumulates on its own (a reduction's
+    partial sums); `combine` folds them on the host."""
+
+    arrays: list[DeviceArray]
+
+    def combine(self, ufunc: np.ufunc = np.add) -> np.ndarray:
+        """The partial results folded with `ufunc`, once every device's work is done."""
+        return ufunc.reduce(np.stack([array.numpy() for array in self.arrays]), axis=0)
+
+    def on(self, device: Device) -> DeviceArray:
+        for array in self.arrays:
+            if array.device is device:
+                return array
+        raise LookupError(f"no partial result on {device.name}")
+
+
+def partials(shape: int | tuple[int, ...], dtype: Any, devices: Sequence[Device | str],
+             fill: Any = 0) -> Partials:
+    """A `shape` array filled with `fill` on each of `devices` (see `Partials`)."""
+    return Partials([full(shape, fill, dtype, d) for d in _devices(devices)])

@@ -1,0 +1,170 @@
+"""Several devices in one process: sub-devices of the cpu backend, copies between devices,
+sharded launches with halos and partial results, compared with one device and NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import backend_entry, requires_backend
+
+import kiln
+from kiln import f32, i32
+from kiln.examples import vector_add
+
+pytestmark = requires_backend("cpu", "sharding tests split the cpu backend's device")
+
+
+@kiln.kernel
+def smooth(x: f32[:], y: f32[:], start: i32, rows: i32, n: i32):
+    """One step of a 3-point average over a shard with one ghost row on each side."""
+    i = kiln.global_id(0)
+    if i < rows:
+        g = start + i
+        j = i + 1
+        if g == 0 or g == n - 1:
+            y[j] = x[j]
+        else:
+            y[j] = (x[j - 1] + x[j] + x[j + 1]) / 3.0
+
+
+@kiln.kernel
+def count_into(x: i32[:], total: i32[:], rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        kiln.atomic_add(total, 0, x[i])
+
+
+@kiln.kernel
+def scale_rows(m: f32[:, :], out: f32[:, :], start: i32, rows: i32, cols: i32):
+    r = kiln.global_id(0)
+    c = kiln.global_id(1)
+    if r < rows and c < cols:
+        out[r, c] = m[r, c] * f32(start + r)
+
+
+def smooth_numpy(x: np.ndarray, steps: int) -> np.ndarray:
+    for _ in range(steps):
+        y = x.copy()
+        y[1:-1] = (x[:-2] + x[1:-1] + x[2:]) / np.float32(3)
+        x = y
+    return x
+
+
+@pytest.fixture(scope="module")
+def parts() -> list[kiln.Device]:
+    cpu = kiln.device("cpu")
+    return cpu.split(2) if cpu.capabilities.compute_units >= 2 else [cpu, kiln.device("interp")]
+
+
+def test_split_names_threads_and_memory(parts):
+    cpu = kiln.device("cpu")
+    if cpu.capabilities.compute_units < 2:
+        pytest.skip("this machine has one core: nothing to split")
+    assert [d.name for d in parts] == ["cpu:0.0", "cpu:0.1"]
+    assert sum(d.capabilities.compute_units for d in parts) == cpu.capabilities.compute_units
+    a = kiln.to_device(np.arange(10, dtype=np.float32), parts[0])
+    assert np.array_equal(a.to(parts[1]).numpy(), np.arange(10, dtype=np.float32))
+
+
+def test_split_errors():
+    cpu = kiln.device("cpu")
+    with pytest.raises(ValueError, match="splits into 1 to"):
+        cpu.split(0)
+    with pytest.raises(ValueError, match="does not partition"):
+        kiln.device("interp").split(2)
+    if cpu.capabilities.compute_units >= 2:
+        with pytest.raises(ValueError, match="already a part"):
+            cpu.split(2)[0].split(2)
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp", "opencl"])
+def test_to_copies_between_devices(parts, target):
+    entry = backend_entry(target)
+    if not entry.available:
+        pytest.skip(f"no {target} device here: {entry.reason}")
+    host = np.random.default_rng(1).random((7, 5)).astype(np.float32)
+    a = kiln.to_device(host, parts[0])
+    b = a.to(target)
+    assert b.device.name.startswith(target) and np.array_equal(b.numpy(), host)
+    assert np.array_equal(b.to(parts[1]).numpy(), host)
+
+
+def test_to_orders_after_queued_work(parts):
+    n = 1 << 16
+    x = np.random.default_rng(2).random(n).astype(np.float32)
+    a, b = kiln.to_device(x, parts[0]), kiln.to_device(x, parts[0])
+    c = kiln.empty(n, f32, parts[0])
+    kiln.launch(vector_add, dim=n, args=(a, b, c, n))
+    assert np.array_equal(c.to(parts[1]).numpy(), x + x)
+
+
+def test_sharded_elementwise_matches_one_device(parts):
+    n = 100_003
+    rng = np.random.default_rng(3)
+    x, y = (rng.random(n).astype(np.float32) for _ in range(2))
+    xs, ys = kiln.shard(x, parts), kiln.shard(y, parts)
+    out = kiln.shard_empty(n, f32, parts)
+    kiln.launch_sharded(vector_add, (xs, ys, out, kiln.shard_rows))
+    one = np.empty(n, np.float32)
+    kiln.launch(vector_add, dim=n, args=(x, y, one, n), device=parts[0])
+    assert np.array_equal(out.gather(), one)
+    assert np.array_equal(out.gather(), x + y)
+
+
+def test_sharded_stencil_with_halo(parts):
+    n, steps = 4099, 12
+    x = np.random.default_rng(4).random(n).astype(np.float32)
+    a, b = kiln.shard(x, parts, halo=1), kiln.shard_empty(n, f32, parts, halo=1)
+    for _ in range(steps):
+        kiln.launch_sharded(smooth, (a, b, kiln.shard_start, kiln.shard_rows, n))
+        b.refresh_halo()
+        a, b = b, a
+    whole = kiln.shard(x, [parts[0]], halo=1)
+    other = kiln.shard_empty(n, f32, [parts[0]], halo=1)
+    for _ in range(steps):
+        kiln.launch_sharded(smooth, (whole, other, kiln.shard_start, kiln.shard_rows, n))
+        whole, other = other, whole
+    assert np.array_equal(a.gather(), whole.gather())
+    np.testing.assert_allclose(a.gather(), smooth_numpy(x, steps), rtol=1e-6)
+
+
+def test_sharded_reduction_with_partials(parts):
+    x = np.random.default_rng(5).integers(-1000, 1000, 50_001).astype(np.int32)
+    total = kiln.partials(1, i32, parts)
+    kiln.launch_sharded(count_into, (kiln.shard(x, parts), total, kiln.shard_rows))
+    assert int(total.combine()[0]) == int(x.sum())
+
+
+def test_sharded_2d_rows_know_their_start(parts):
+    m = np.random.default_rng(6).random((37, 19)).astype(np.float32)
+    ms = kiln.shard(m, parts)
+    out = kiln.shard_empty(m.shape, f32, parts)
+    kiln.launch_sharded(scale_rows, (ms, out, kiln.shard_start, kiln.shard_rows, m.shape[1]))
+    assert np.array_equal(out.gather(), m * np.arange(37, dtype=np.float32)[:, None])
+
+
+def test_mixed_backends_shard_like_one_device(parts):
+    devices = [parts[0], "interp"]
+    n = 3001
+    x = np.random.default_rng(7).random(n).astype(np.float32)
+    a, b = kiln.shard(x, devices, halo=1), kiln.shard_empty(n, f32, devices, halo=1)
+    kiln.launch_sharded(smooth, (a, b, kiln.shard_start, kiln.shard_rows, n))
+    b.refresh_halo()
+    kiln.launch_sharded(smooth, (b, a, kiln.shard_start, kiln.shard_rows, n))
+    np.testing.assert_allclose(a.gather(), smooth_numpy(x, 2), rtol=1e-6)
+
+
+def test_sharded_launch_errors_name_the_shard(parts):
+    n = 64
+    xs = kiln.shard(np.zeros(n, np.float32), parts)
+    with pytest.raises(kiln.LaunchError, match="no argument is a ShardedArray"):
+        kiln.launch_sharded(vector_add, (np.zeros(n, np.float32),) * 3 + (n,))
+    other = kiln.shard(np.zeros(n, np.float32), parts[:1])
+    with pytest.raises(kiln.LaunchError, match="same devices at the same rows"):
+        kiln.launch_sharded(vector_add, (xs, other, xs, kiln.shard_rows))
+    ints = kiln.shard(np.zeros(n, np.int32), parts)
+    with pytest.raises(kiln.ShardError, match=r"shard rows 0:32 on .*expected f32\[:\]") as info:
+        kiln.launch_sharded(vector_add, (ints, xs, xs, kiln.shard_rows))
+    assert isinstance(info.value.__cause__, kiln.LaunchError)
+    with pytest.raises(ValueError, match="halo of 40 rows"):
+        kiln.shard(np.zeros(n, np.float32), parts, halo=40).refresh_halo()
