@@ -19,18 +19,7 @@ from .errors import (
 )
 from .execution.kernel import DeviceFunction, Kernel, func, kernel, launch
 from .execution.raw import RawKernel
-from .framework.backend import (
-    Availability,
-    Backend,
-    Capabilities,
-    CustomBackend,
-    DeviceKind,
-    DirectBackend,
-    ExecutionModel,
-    JITBackend,
-)
-from .framework.registry import register_backend
-from .framework.sharding import (
+from .execution.sharding import (
     Partials,
     Shard,
     ShardedArray,
@@ -42,6 +31,17 @@ from .framework.sharding import (
     shard_rows,
     shard_start,
 )
+from .framework.backend import (
+    Availability,
+    Backend,
+    Capabilities,
+    CustomBackend,
+    DeviceKind,
+    DirectBackend,
+    ExecutionModel,
+    JITBackend,
+)
+from .framework.registry import register_backend
 from .framework.sizing import Dim, dim
 from .ir.enums import ExtensibleEnum, MemorySpace
 from .ir.intrinsics import Intrinsic, Variance, intrinsics

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..ir.types import SCALAR_BY_DTYPE, ScalarType, VectorType
 from ..lang.records import kiln_type_of
+from .selection import DeviceNotFoundError
 from .selection import device as resolve_device
 
 if TYPE_CHECKING:
@@ -109,6 +110,11 @@ class DeviceArray:
                                                   stream.handle)
         return out
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (to another process, e.g. a Dask worker) as its contents; unpickled onto
+        the device of the same name there, or the default device where there is none."""
+        return (_unpickle, (self.numpy(), self.device.name))
+
     def to(self, device: Device | str, stream: Stream | None = None) -> DeviceArray:
         """A copy of this array on `device`, of any backend, queued on `stream` (by default
         `device`'s default stream) after the work queued on this array's default stream.
@@ -125,6 +131,14 @@ class DeviceArray:
         if src.shape != self.shape:
             raise ValueError(f"shape {src.shape} does not match the device array's {self.shape}")
         self.device.backend.copy_host_to_device(self.buffer, src, stream.handle)
+
+
+def _unpickle(contents: np.ndarray, device_name: str) -> DeviceArray:
+    try:
+        dev = resolve_device(device_name)
+    except DeviceNotFoundError:
+        dev = resolve_device(None)
+    return to_device(contents, dev)
 
 
 @runtime_checkable

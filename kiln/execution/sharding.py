@@ -16,20 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..lang.errors import LaunchError
-from ..lang.kernel import launch
+from ..errors import LaunchError
 from ..runtime.array import DeviceArray, DeviceArrayView, _layout, copy_array, empty, full, zeros
 from ..runtime.selection import device as resolve_device
+from .kernel import launch
 
 if TYPE_CHECKING:
-    from ..lang.kernel import Kernel
     from ..runtime.device import Device
+    from .kernel import Kernel
 
 
-class _Placeholder:
-    """A launch argument standing for a per-shard number."""
+class Placeholder:
+    """A launch argument standing for a number of each shard (or Dask chunk): computed
+    from the first own row's index in the whole array and the number of own rows."""
 
-    def __init__(self, name: str, value: Callable[[Shard], int]) -> None:
+    def __init__(self, name: str, value: Callable[[int, int], int]) -> None:
         self.name, self.value = name, value
 
     def __repr__(self) -> str:
@@ -57,9 +58,9 @@ class Shard:
         return self.array[self.halo:self.halo + self.rows] if self.halo else self.array
 
 
-shard_start = _Placeholder("shard_start", lambda s: s.start)
+shard_start = Placeholder("shard_start", lambda start, rows: start)
 """Launch argument: the index, in the whole array, of the shard's first own row."""
-shard_rows = _Placeholder("shard_rows", lambda s: s.rows)
+shard_rows = Placeholder("shard_rows", lambda start, rows: rows)
 """Launch argument: how many rows the shard owns (its `dim` in a sharded launch)."""
 
 
@@ -209,7 +210,8 @@ def launch_sharded(kernel: Kernel, args: Sequence[Any], dim: Any = None) -> None
     for k, first in enumerate(sharded[0].shards):
         local = [a.shards[k].array if isinstance(a, ShardedArray)
                  else a.on(first.device) if isinstance(a, Partials)
-                 else a.value(first) if isinstance(a, _Placeholder) else a for a in args]
+                 else a.value(first.start, first.rows) if isinstance(a, Placeholder) else a
+                 for a in args]
         size = (dim(first) if callable(dim) else dim if dim is not None
                 else (first.rows, *sharded[0].shape[1:]))
         with _naming(first, f"launching {kernel.name} on"):

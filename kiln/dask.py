@@ -1,0 +1,264 @@
+"""kiln kernels over the chunks of `dask.array`s (`pip install 'kiln[dask]'`).
+
+Each chunk is one launch, one thread per element of the chunk: array parameters take the
+chunks, output parameters (named in `out=`) get new chunks of the first input's chunk shape
+with the element type of their annotation, and `kiln.shard_start` / `kiln.shard_rows` give
+the chunk's first row in the whole array and its rows, as in a sharded launch.
+
+On a `distributed` cluster each worker process builds a kernel once and keeps it, with its
+compiled code (the disk cache is shared by the workers of one machine), and launches on its
+own device: `device=` where given, else `KILN_DASK_DEVICE`, else, where the best backend
+has several devices, the worker's number modulo their count (one worker per GPU), else
+the best device. With `on_device=True` result chunks stay in device memory, so chained
+kiln calls on one worker do not copy them back to the host in between; `to_host` brings
+them back (chunks that move between workers go through the host).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import os
+import pickle
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import cloudpickle
+import dask.array as da
+import numpy as np
+
+from .errors import LaunchError
+from .execution.kernel import Kernel, launch
+from .execution.kernel import kernel as make_kernel
+from .execution.sharding import Placeholder
+from .ir.types import ArrayType
+from .runtime.array import DeviceArray, empty, to_device
+from .runtime.device import Device
+from .runtime.selection import device as resolve_device
+from .runtime.selection import devices as all_devices
+
+OUTPUT = "output"
+CHUNK = "chunk"
+
+
+class KernelRef:
+    """A kernel as tasks carry it to workers. A kernel defined at a module's top level
+    travels as its module and name (workers import it; a script's kernels are there too,
+    as process workers import the script); any other as its Python function, options and
+    the names its annotations use. Each process builds the kernel once and reuses it."""
+
+    _built: dict[str, Kernel] = {}
+
+    def __init__(self, kernel: Kernel) -> None:
+        module, name = kernel.pyfunc.__module__, kernel.pyfunc.__qualname__
+        if getattr(sys.modules.get(module), name, None) is kernel:
+            self.blob = pickle.dumps(("ref", module, name))
+        else:
+            self.blob = cloudpickle.dumps(("value", kernel.pyfunc, kernel.options.changed(),
+                                           _annotation_names(kernel.pyfunc)))
+        self.digest = hashlib.sha256(self.blob).hexdigest()
+        self._built.setdefault(self.digest, kernel)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"blob": self.blob, "digest": self.digest}
+
+    def get(self) -> Kernel:
+        found = self._built.get(self.digest)
+        if found is None:
+            found = self._built[self.digest] = _rebuild(pickle.loads(self.blob))
+        return found
+
+
+def _annotation_names(pyfunc: Any) -> dict[str, Any]:
+    """The globals that the function's annotations name (`f32` in `f32[:]`), which
+    pickling a function by value leaves out."""
+    names: set[str] = set()
+    for annotation in pyfunc.__annotations__.values():
+        if isinstance(annotation, str):
+            tree = ast.parse(annotation, mode="eval")
+            names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return {n: pyfunc.__globals__[n] for n in names if n in pyfunc.__globals__}
+
+
+def _rebuild(how: tuple[Any, ...]) -> Kernel:
+    if how[0] == "ref":
+        found = importlib.import_module(how[1])
+        for part in how[2].split("."):
+            found = getattr(found, part)
+        return found  # type: ignore[return-value]
+    _, pyfunc, options, names = how
+    for name, value in names.items():
+        pyfunc.__globals__.setdefault(name, value)
+    return make_kernel(**options)(pyfunc)  # type: ignore[no-any-return]
+
+
+def worker_device(spec: str | None = None) -> Device:
+    """The device this process launches chunks on (see the module docstring)."""
+    spec = spec or os.environ.get("KILN_DASK_DEVICE") or None
+    if spec is not None:
+        return resolve_device(spec)
+    best = resolve_device(None)
+    peers = [d for d in all_devices() if d.backend is best.backend]
+    number = _worker_number()
+    return peers[number % len(peers)] if number is not None and len(peers) > 1 else best
+
+
+def _worker_number() -> int | None:
+    try:
+        from distributed import get_worker
+
+        name = get_worker().name
+    except (ImportError, ValueError):
+        return None
+    return name if isinstance(name, int) else None
+
+
+class ChunkLaunch:
+    """The task run on each chunk: it goes to the workers, so it holds only picklable
+    things (the kernel as a `KernelRef`, what each parameter takes, where chunks start)."""
+
+    def __init__(self, kernel: Kernel, args: Sequence[Any], out: str | Sequence[str],
+                 device: str | None, halo: int = 0, on_device: bool = False) -> None:
+        self.out = [out] if isinstance(out, str) else list(out)
+        if not self.out:
+            raise LaunchError(f"kiln.dask needs out= naming the output parameter(s) of "
+                              f"{kernel.name}")
+        params = dict(kernel.signature)
+        self.dtypes = [_output_dtype(kernel, name, params.get(name, False)) for name in self.out]
+        inputs = [name for name in params if name not in self.out]
+        if len(args) != len(inputs):
+            raise LaunchError(f"{kernel.name} takes {len(inputs)} argument(s) besides its "
+                              f"outputs ({', '.join(inputs)}), got {len(args)}")
+        values = iter(args)
+        self.kinds: list[Any] = []
+        self.arrays: list[da.Array] = []
+        for name in params:
+            value = OUTPUT if name in self.out else next(values)
+            if isinstance(value, (da.Array, np.ndarray)):
+                self.arrays.append(da.asarray(value))
+                value = CHUNK
+            self.kinds.append(value)
+        if not self.arrays:
+            raise LaunchError(f"kiln.dask: no argument of {kernel.name} is an array to take "
+                              "chunks from")
+        rows = self.arrays[0].chunks[0]
+        self.starts = [int(s) for s in np.cumsum((0, *rows[:-1]))]
+        self.ref, self.device, self.halo, self.on_device = KernelRef(kernel), device, halo, \
+            on_device
+
+    def __call__(self, *chunks: Any, block_info: dict[Any, Any] | None = None) -> Any:
+        first = chunks[0]
+        block = block_info[None]["chunk-location"][0] if block_info else 0
+        rows = first.shape[0] - 2 * self.halo
+        dev = worker_device(self.device)
+        outputs = [empty(first.shape, dtype, dev) for dtype in self.dtypes]
+        self.run(dev, chunks, outputs, self.starts[block], rows, (rows, *first.shape[1:]))
+        results = [o if self.on_device else o.numpy() for o in outputs]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def run(self, dev: Device, chunks: Sequence[Any], outputs: Sequence[DeviceArray],
+            start: int, rows: int, dim: tuple[int, ...]) -> None:
+        given, made = iter(chunks), iter(outputs)
+        call = [next(made) if kind == OUTPUT else _on(next(given), dev) if kind == CHUNK
+                else kind.value(start, rows) if isinstance(kind, Placeholder) else kind
+                for kind in self.kinds]
+        launch(self.ref.get(), dim=dim, args=call, device=dev)
+
+
+def _output_dtype(kernel: Kernel, name: str, annotation: Any) -> np.dtype:
+    if annotation is False:
+        raise LaunchError(f"{kernel.name} has no parameter {name!r} to write (out=); its "
+                          f"parameters: {', '.join(n for n, _ in kernel.signature)}")
+    if not isinstance(annotation, ArrayType):
+        raise LaunchError(f"output {name!r} of {kernel.name} must be annotated as an array "
+                          "(e.g. f32[:]) for kiln.dask to allocate its chunks")
+    return annotation.elem.dtype
+
+
+def _on(chunk: Any, dev: Device) -> DeviceArray:
+    if isinstance(chunk, DeviceArray):
+        return chunk if chunk.device is dev else chunk.to(dev)
+    return to_device(np.ascontiguousarray(chunk), dev)
+
+
+def _mapped(mapper: Any, task: ChunkLaunch, **extra: Any) -> Any:
+    ndim = task.arrays[0].ndim
+    if len(task.out) == 1:
+        dtype = task.dtypes[0]
+        return mapper(task, *task.arrays, dtype=dtype, meta=np.empty((0,) * ndim, dtype),
+                      **extra)
+    both = mapper(task, *task.arrays, dtype=object, meta=np.empty((0,) * ndim, object),
+                  **extra)
+    return tuple(both.map_blocks(_pick, k, dtype=dt, meta=np.empty((0,) * ndim, dt))
+                 for k, dt in enumerate(task.dtypes))
+
+
+def _pick(results: tuple[Any, ...], k: int) -> Any:
+    return results[k]
+
+
+def map_blocks(kernel: Kernel, *args: Any, out: str | Sequence[str], device: str | None = None,
+               on_device: bool = False) -> Any:
+    """`kernel` launched on each chunk of its array arguments (aligned as
+    `dask.array.map_blocks` aligns them): the dask array of the `out` parameter (a tuple
+    of them for several)."""
+    return _mapped(da.map_blocks, ChunkLaunch(kernel, args, out, device, on_device=on_device))
+
+
+def map_overlap(kernel: Kernel, *args: Any, out: str, depth: int, device: str | None = None
+                ) -> da.Array:
+    """As `map_blocks`, each chunk with `depth` ghost rows from its neighbours on both
+    sides of the first axis (zeros past the array's ends), laid out as a sharded array's
+    halo (`kiln.shard_rows` counts the chunk's own rows); the outputs' ghost rows are
+    dropped."""
+    if not isinstance(out, str):
+        raise LaunchError("kiln.dask.map_overlap writes one output: out='name'")
+    task = ChunkLaunch(kernel, args, out, device, halo=depth)
+    ndim = task.arrays[0].ndim
+    return _mapped(da.map_overlap, task, depth={0: depth, **{a: 0 for a in range(1, ndim)}},
+                   boundary=0, trim=True)
+
+
+def reduction(kernel: Kernel, array: Any, *args: Any, out: str, combine: np.ufunc = np.add,
+              device: str | None = None) -> da.Array:
+    """A reduction of `array` to one value: `kernel` accumulates each chunk into its
+    one-element `out` array (first filled with `combine`'s identity), then Dask's
+    reduction tree folds the partial results with `combine`; a 0-d dask array."""
+    task = ChunkLaunch(kernel, (array, *args), out, device)
+    if len(task.arrays) != 1 or len(task.out) != 1:
+        raise LaunchError("kiln.dask.reduction reduces one array into one output")
+    partial = PartialSum(task, combine)
+    return da.reduction(task.arrays[0], partial, partial.fold, combine=partial.fold,
+                        dtype=task.dtypes[0], concatenate=True)
+
+
+class PartialSum:
+    """The chunk and fold functions of `reduction` (picklable, for the workers)."""
+
+    def __init__(self, task: ChunkLaunch, combine: np.ufunc) -> None:
+        if combine.identity is None:
+            raise LaunchError(f"kiln.dask.reduction needs a ufunc with an identity, not "
+                              f"{combine.__name__}")
+        self.task, self.combine = task, combine
+
+    def __call__(self, chunk: Any, axis: Any, keepdims: bool) -> np.ndarray:
+        dev = worker_device(self.task.device)
+        acc = to_device(np.full(1, self.combine.identity, self.task.dtypes[0]), dev)
+        self.task.run(dev, [chunk], [acc], 0, chunk.shape[0], chunk.shape)
+        return np.full((1,) * chunk.ndim if keepdims else (), acc.numpy()[0],
+                       self.task.dtypes[0])
+
+    def fold(self, partials: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
+        return self.combine.reduce(partials, axis=axis, keepdims=keepdims)
+
+
+def to_host(array: da.Array) -> da.Array:
+    """Chunks kept on devices (`on_device=True`) back in host memory."""
+    return array.map_blocks(_host_chunk, dtype=array.dtype,
+                            meta=np.empty((0,) * array.ndim, array.dtype))
+
+
+def _host_chunk(chunk: Any) -> np.ndarray:
+    return chunk.numpy() if isinstance(chunk, DeviceArray) else chunk

@@ -1,0 +1,146 @@
+"""kiln.dask: kernels over dask arrays' chunks, threaded and on a local cluster of process
+workers (one killed in the middle), compared with one device and NumPy."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import f32, i32
+
+da = pytest.importorskip("dask.array", reason="kiln[dask] (dask) is not installed")
+distributed = pytest.importorskip("distributed", reason="kiln[dask] (distributed) is not "
+                                  "installed")
+kd = pytest.importorskip("kiln.dask")
+
+
+@kiln.kernel
+def saxpy(x: f32[:], y: f32[:], out: f32[:], a: f32, rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        out[i] = a * x[i] + y[i]
+
+
+@kiln.kernel
+def smooth(x: f32[:], y: f32[:], start: i32, rows: i32, n: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        g = start + i
+        j = i + 1
+        if g == 0 or g == n - 1:
+            y[j] = x[j]
+        else:
+            y[j] = (x[j - 1] + x[j] + x[j + 1]) / 3.0
+
+
+@kiln.kernel
+def total(x: i32[:], acc: i32[:], rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        kiln.atomic_add(acc, 0, x[i])
+
+
+@kiln.kernel
+def row_offsets(m: f32[:, :], out: f32[:, :], start: i32, rows: i32, cols: i32):
+    r = kiln.global_id(0)
+    c = kiln.global_id(1)
+    if r < rows and c < cols:
+        out[r, c] = m[r, c] + f32(start + r)
+
+
+def data(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).random(n).astype(np.float32)
+
+
+def test_map_blocks_matches_numpy():
+    x, y = data(10_007, 1), data(10_007, 2)
+    dx, dy = da.from_array(x, chunks=3000), da.from_array(y, chunks=3000)
+    z = kd.map_blocks(saxpy, dx, dy, np.float32(2), kiln.shard_rows, out="out")
+    assert z.dtype == np.float32 and z.chunks == dx.chunks
+    assert np.array_equal(z.compute(), np.float32(2) * x + y)
+
+
+def test_map_blocks_2d_chunks_know_their_start():
+    m = np.random.default_rng(3).random((50, 7)).astype(np.float32)
+    out = kd.map_blocks(row_offsets, da.from_array(m, chunks=(16, 7)), kiln.shard_start,
+                        kiln.shard_rows, 7, out="out")
+    assert np.array_equal(out.compute(), m + np.arange(50, dtype=np.float32)[:, None])
+
+
+def test_map_overlap_stencil():
+    n = 5003
+    x = data(n, 4)
+    out = kd.map_overlap(smooth, da.from_array(x, chunks=1000), kiln.shard_start,
+                         kiln.shard_rows, n, out="y", depth=1)
+    expect = x.copy()
+    expect[1:-1] = (x[:-2] + x[1:-1] + x[2:]) / np.float32(3)
+    np.testing.assert_allclose(out.compute(), expect, rtol=1e-6)
+
+
+def test_reduction_through_dask_tree():
+    x = np.random.default_rng(5).integers(-100, 100, 40_000).astype(np.int32)
+    s = kd.reduction(total, da.from_array(x, chunks=3000), kiln.shard_rows, out="acc")
+    assert s.ndim == 0 and int(s.compute()) == int(x.sum())
+
+
+def test_chained_calls_keep_chunks_on_the_device():
+    x = data(4000, 6)
+    dx = da.from_array(x, chunks=1000)
+    y = kd.map_blocks(saxpy, dx, dx, np.float32(1), kiln.shard_rows, out="out", on_device=True)
+    first = y.to_delayed().ravel()[0].compute(scheduler="sync")
+    assert isinstance(first, kiln.DeviceArray)
+    z = kd.to_host(kd.map_blocks(saxpy, y, y, np.float32(1), kiln.shard_rows, out="out"))
+    assert np.array_equal(z.compute(), (x + x) + (x + x))
+
+
+def test_misuse_is_a_launch_error():
+    dx = da.from_array(data(100, 7), chunks=50)
+    with pytest.raises(kiln.LaunchError, match="no parameter 'z'"):
+        kd.map_blocks(saxpy, dx, dx, 1.0, kiln.shard_rows, out="z")
+    with pytest.raises(kiln.LaunchError, match=r"takes 4 argument\(s\) besides its outputs"):
+        kd.map_blocks(saxpy, dx, dx, out="out")
+    with pytest.raises(kiln.LaunchError, match="must be annotated as an array"):
+        kd.map_blocks(saxpy, dx, dx, kiln.shard_rows, 1, out="a")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as c, distributed.Client(c) as client:
+        yield client
+
+
+def test_local_cluster_of_processes(cluster):
+    x, y = data(200_003, 8), data(200_003, 9)
+    z = kd.map_blocks(saxpy, da.from_array(x, chunks=25_000), da.from_array(y, chunks=25_000),
+                      np.float32(3), kiln.shard_rows, out="out")
+    assert np.array_equal(z.compute(), np.float32(3) * x + y)
+    ints = np.arange(100_000, dtype=np.int32) % 7
+    assert int(kd.reduction(total, da.from_array(ints, chunks=9_000), kiln.shard_rows,
+                            out="acc").compute()) == int(ints.sum())
+    devices = cluster.run(lambda: kd.worker_device().name)
+    assert len(devices) == 2
+
+
+def _slow(chunk: np.ndarray) -> np.ndarray:
+    time.sleep(0.4)
+    return chunk
+
+
+def test_killed_worker_is_replaced_and_the_result_is_right(cluster):
+    x = data(64_000, 10)
+    dx = da.from_array(x, chunks=4_000).map_blocks(_slow, dtype=np.float32)
+    future = cluster.compute(kd.map_blocks(saxpy, dx, dx, np.float32(2), kiln.shard_rows,
+                                           out="out"))
+    time.sleep(1.0)
+    pids = cluster.run(os.getpid)
+    victim = sorted(pids.values())[0]
+    os.kill(victim, signal.SIGKILL)
+    result = future.result(timeout=120)
+    assert np.array_equal(result, np.float32(2) * x + x)
+    assert victim not in cluster.run(os.getpid).values()
