@@ -157,7 +157,7 @@ static int kiln_cl_build({lib}_context *c, int k, int correct_division) {{
     c->programs[k] = cl.CreateProgramWithSource(c->context, 1, &text, NULL, &e);
     if (e != CL_SUCCESS)
         return kiln_fail({LIB}_ERROR_DEVICE, "%s: clCreateProgramWithSource: error %d",
-                         kiln_kernels[k], e);
+                         kiln_labels[k], e);
     char options[256];
     snprintf(options, sizeof options, "%s %s", "{standard}",
              kiln_fastmath[k] ? "{fast_math}" : correct_division ? "{correct_division}" : "");
@@ -167,11 +167,11 @@ static int kiln_cl_build({lib}_context *c, int k, int correct_division) {{
         cl.GetProgramBuildInfo(c->programs[k], c->device, CL_PROGRAM_BUILD_LOG,
                                sizeof log - 1, log, NULL);
         return kiln_fail({LIB}_ERROR_DEVICE, "building %s for the device failed (%d): %s",
-                         kiln_kernels[k], e, log);
+                         kiln_labels[k], e, log);
     }}
     c->kernels[k] = cl.CreateKernel(c->programs[k], kiln_kernels[k], &e);
     if (e != CL_SUCCESS)
-        return kiln_fail({LIB}_ERROR_DEVICE, "%s: clCreateKernel: error %d", kiln_kernels[k], e);
+        return kiln_fail({LIB}_ERROR_DEVICE, "%s: clCreateKernel: error %d", kiln_labels[k], e);
     return {LIB}_SUCCESS;
 }}
 
@@ -304,6 +304,8 @@ class OpenCLLibrary(LibraryTarget):
             c_string(t) for t in texts) + "\n};\n"
         sources += "static const char *const kiln_kernels[] = {" + ", ".join(
             f'"{_kernel_name(t)}"' for t in texts) + "};\n"
+        sources += "static const char *const kiln_labels[] = {" + ", ".join(
+            f'"{e.kernel.kernel}"' for e in entries) + "};\n"
         sources += "static const int kiln_fastmath[] = {" + ", ".join(
             str(int(e.kernel.options.fastmath)) for e in entries) + "};"
         return RUNTIME.format(lib=lib, LIB=lib.upper(), api=api_macro(lib), count=len(entries),
