@@ -17,6 +17,8 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..errors import ConstantError, KernelTypeError, UnsupportedError
 from ..ir import nodes as ir
 from ..ir.types import ArrayType, ScalarType, Type, i32
@@ -88,6 +90,9 @@ class ViewBuilder:
     loc: Any
     temp: Any
     literal_value: Any
+    resolver: Any
+    param_names: dict[str, Type]
+    local_types: dict[str, Type]
     views: dict[str, View]
 
     # ------------------------------------------------------------ making views
@@ -107,13 +112,11 @@ class ViewBuilder:
         if isinstance(node, ast.Subscript) and self.is_view_key(node):
             return len(self.view_of(node).sliced)
         if isinstance(node, ast.Name):
-            t = self.param_names.get(node.id) or self.local_types.get(node.id)  # type: ignore
+            t = self.param_names.get(node.id) or self.local_types.get(node.id)
             if isinstance(t, ArrayType):
                 return t.ndim
             if t is None:  # a module-level table?
-                import numpy as np
-
-                value = self.resolver.try_resolve(node)  # type: ignore[attr-defined]
+                value = self.resolver.try_resolve(node)
                 if isinstance(value, np.ndarray):
                     return value.ndim
         return None
