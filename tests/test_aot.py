@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -136,6 +137,8 @@ def test_manifest_describes_every_entry_point(examples_library) -> None:
     manifest = json.loads((lib / "ex.json").read_text())
     assert manifest["target"] == target and manifest["kiln_version"] == "0.1.0"
     assert (manifest["library"], manifest["header"]) == ("libex.so", "ex.h")
+    if target == "cpu":  # what -march=native meant on the build machine
+        assert manifest["march"].startswith(platform.machine())
     entries = {e["kernel"]: e for e in manifest["entry_points"]}
     assert list(entries) == ["vector_add", "block_sum", "matmul_naive", "matmul_tiled",
                              "matmul_tiled_square", "mandelbrot", "spmv_csr", "julia"]
@@ -239,6 +242,8 @@ def broken(x: f32[:], n: i32):
     (["--kernel", "generic:f32[:],i32", "--emit", "server"], "no action named 'server'"),
     (["--kernel", "generic:f32[:],i32", "--arch", "not-a-cpu"], "unknown cpu architecture"),
     (["--kernel", "generic:f32[:],i32", "--name", "bad-name"], "not a C identifier"),
+    (["--kernel", "generic:f32[:],i32", "--target", "opencl", "--block", "64"],
+     "the opencl target does not take 'blocks' (its options: none)"),
 ])
 def test_errors_exit_2_and_leave_nothing(args, message, tmp_path, capsys) -> None:
     module = tmp_path / "bad.py"

@@ -142,6 +142,7 @@ class CpuLibrary(LibraryTarget):
         "memmove, so a plain host pointer works as a device pointer too. Launches run to",
         "completion before they return.",
     )
+    settings = {"blocks": "--block"}
 
     def __init__(self, backend: CpuBackend) -> None:
         self.backend = backend
@@ -174,7 +175,8 @@ class CpuLibrary(LibraryTarget):
                    for i, (env, text) in enumerate(sources)]
         link_library(lib, objects, out, ["-fopenmp", "-lm", "-lpthread"],
                      toolchain().env.compiler)
-        return {"block_shapes": [list(b) for b in blocks],
+        return {"march": toolchain().arch if architectures[0] == "native" else architectures[0],
+                "block_shapes": [list(b) for b in blocks],
                 "note": "launches with other block shapes read the shape at run time"}
 
     def _host_source(self, lib: str, entries: Sequence[EntryPoint],

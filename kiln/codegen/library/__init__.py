@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from ...framework.actions import (
     Action,
+    ActionError,
     ActionRequest,
     register_action,
     register_action_target,
@@ -35,6 +36,8 @@ class LibraryTarget(ABC):
     name: ClassVar[str]
     notes: ClassVar[tuple[str, ...]]
     """Lines for the header's comment: where memory lives, what a device is."""
+    settings: ClassVar[dict[str, str]] = {}
+    """The build settings it takes, by name, with the command-line option that gives each."""
 
     @abstractmethod
     def architectures(self, requested: Sequence[str]) -> tuple[str, ...]:
@@ -58,6 +61,11 @@ def kiln_version() -> str:
 def build_library(target: LibraryTarget, request: ActionRequest) -> None:
     version = kiln_version()
     lib = request.name
+    for name in request.settings:
+        if name not in target.settings:
+            known = ", ".join(target.settings.values()) or "none"
+            raise ActionError(f"the {target.name} target does not take {name!r} "
+                              f"(its options: {known})")
     archs = target.architectures(request.architectures)
     entries = entry_points(lib, request.kernels)
     (request.out_dir / f"{lib}.h").write_text(
