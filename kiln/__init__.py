@@ -17,7 +17,7 @@ from .errors import (
     UnknownNameError,
     UnsupportedError,
 )
-from .execution.kernel import DeviceFunction, Kernel, func, kernel, launch
+from .execution.kernel import Kernel, func, kernel, launch
 from .execution.raw import RawKernel
 from .execution.sharding import (
     Partials,
@@ -81,6 +81,7 @@ from .ir.types import (
     u64,
 )
 from .lang import builtins as _b
+from .lang.functions import DeviceFunction
 from .lang.records import Variant, struct, variant
 from .options import KernelOptions
 from .runtime.array import (
@@ -93,11 +94,9 @@ from .runtime.array import (
     to_device,
     zeros,
 )
-from .runtime.device import Device, Event, Stream
+from .runtime.device import Device, DeviceNotFoundError, Event, Stream, backends, device, devices
 from .runtime.graph import Graph, graph
-from .runtime.selection import DeviceNotFoundError, backends, device, devices
-
-__version__ = "0.1.0"
+from .version import __version__
 
 # long names of the scalar types
 bool8 = bool_

@@ -25,9 +25,18 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+import kiln
+
+from . import benchplot
+from .aot import build, library_name
+from .conformance import check_command
+from .demo import run_demo
 from .errors import KernelError, LaunchError
+from .execution.kernel import Kernel
+from .framework import cache
 from .framework.actions import ActionError, actions
 from .framework.backend import Backend, Capabilities, DeviceKind, ExecutionModel
+from .framework.registry import registry
 from .ir.enums import MemorySpace
 from .ir.types import (
     SCALAR_BY_NAME,
@@ -39,8 +48,7 @@ from .ir.types import (
     f32,
     i32,
 )
-from .runtime.device import Device
-from .runtime.selection import DeviceNotFoundError
+from .runtime.device import Device, DeviceNotFoundError, devices_of
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -59,8 +67,6 @@ USER_ERRORS = (UsageError, KernelError, LaunchError, DeviceNotFoundError, Action
 
 
 def backend_named(name: str) -> Backend:
-    from .framework.registry import registry
-
     try:
         return registry.get(name).backend
     except KeyError as exc:
@@ -74,8 +80,6 @@ _PYTHON_NAMES: dict[str, ScalarType] = {"int": i32, "float": f32, "bool": bool_}
 
 def parse_type(text: str) -> Type:
     """`f32`, `int`, `float64`, `f32[:]`, `i32[:, :]`, `constexpr(16)` -> a kiln type."""
-    import kiln
-
     constexpr = _CONSTEXPR_PATTERN.match(text.strip())
     if constexpr:
         try:
@@ -120,16 +124,12 @@ def load_module(file: str) -> Any:
 
 def module_kernels(module: Any) -> dict[str, Any]:
     """The kernels a module defines (not those it imports), in definition order."""
-    from .execution.kernel import Kernel
-
     return {k: v for k, v in vars(module).items()
             if isinstance(v, Kernel) and v.pyfunc.__module__ == module.__name__}
 
 
 def load_kernel(target: str) -> Any:
     """Import FILE.py and return its KERNEL attribute (a @kiln.kernel)."""
-    from .execution.kernel import Kernel
-
     file, sep, name = target.rpartition(":")
     if not sep or not file or not name:
         raise UsageError(f"'{target}': write FILE.py:KERNEL, e.g. examples/add.py:vector_add")
@@ -159,8 +159,6 @@ def split_types(text: str) -> list[str]:
 def kernel_types(kernel: Any, texts: list[str]) -> tuple[Type, ...]:
     """Types for `--kernel NAME:TYPES`: a plain literal stands for a constexpr parameter's
     value (`4` as well as `constexpr(4)`)."""
-    import kiln
-
     out: list[Type] = []
     for (pname, declared), text in zip(kernel.signature, texts):
         if isinstance(declared, ConstexprType) and not text.strip().startswith("constexpr("):
@@ -207,8 +205,6 @@ def _atomics(names: frozenset[str]) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Every registered backend (and why one is unavailable), then every device."""
-    import kiln
-
     table = Table(title="kiln backends", title_justify="left")
     for column in ("backend", "priority", "model", "available", "devices / reason"):
         table.add_column(column)
@@ -216,7 +212,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     for entry in kiln.backends():
         model = entry.backend.execution_model
         if entry.available:
-            devices = entry.devices()
+            devices = devices_of(entry)
             all_devices += devices
             detail = ", ".join(f"{d.name} ({d.capabilities.name})" for d in devices) or "none"
             status = "[green]yes[/green]"
@@ -258,8 +254,6 @@ def _capability(caps: Capabilities, key: str) -> str:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     """Print the IR (DIRECT/CUSTOM backends) or the generated source (JIT backends)."""
-    import kiln
-
     kernel = load_kernel(args.target)
     types = tuple(parse_type(t) for t in args.types or ())
     if types and len(types) != len(kernel.signature):
@@ -281,8 +275,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     """Specialise a module's kernels for a target and write the action's files."""
-    from .aot import build, library_name
-
     module = load_module(args.module)
     kernels = module_kernels(module)
     chosen = []
@@ -325,15 +317,11 @@ def actions_help() -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
     return run_demo(args.device, out, repeat=args.repeat)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Run the conformance suite against one registered backend (or device spec)."""
-    from .conformance import check_command
-
     return check_command(args.backend, args.select, console=out)
 
 
@@ -344,8 +332,6 @@ def benchmarks_dir() -> Path:
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run each benchmark script (benchmarks/bench_*.py in a checkout), on one backend if
     asked, saying which is running; with --plot, draw what they measured."""
-    from . import benchplot
-
     folder = benchmarks_dir()
     scripts = [s for s in sorted(folder.glob("bench_*.py")) if not args.only
                or any(part in s.stem for part in args.only.split(","))]
@@ -389,8 +375,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_cache(args: argparse.Namespace) -> int:
     """Show or clear the on-disk compile cache."""
-    from .framework import cache
-
     if args.action == "clear":
         removed = cache.clear(args.backend)
         out.print(f"removed {removed} cache entr{'y' if removed == 1 else 'ies'}")

@@ -36,8 +36,8 @@ from .execution.sharding import Placeholder
 from .ir.types import ArrayType
 from .runtime.array import DeviceArray, empty, to_device
 from .runtime.device import Device
-from .runtime.selection import device as resolve_device
-from .runtime.selection import devices as all_devices
+from .runtime.device import device as resolve_device
+from .runtime.device import devices as all_devices
 
 OUTPUT = "output"
 CHUNK = "chunk"

@@ -11,11 +11,11 @@ import sys
 import types
 from typing import Any
 
+from ..runtime.device import backends
+
 
 class _CallableModule(types.ModuleType):
     def __call__(self) -> list[Any]:
-        from ..runtime.selection import backends
-
         return backends()
 
 

@@ -9,6 +9,7 @@ which IR constructs and intrinsics no case exercises (the project's tests requir
 
 from __future__ import annotations
 
+from . import cases  # noqa: F401 - registers the built-in cases, in order
 from .console import check_command
 from .registry import Case, Requirement, Skipped, all_cases, case
 from .runner import CaseResult, Report, Status, run_case, run_suite, selected

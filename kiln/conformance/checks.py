@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..execution.kernel import launch
+from ..stdio import flush
+
 if TYPE_CHECKING:
     from ..execution.kernel import Kernel
     from ..runtime.device import Device
@@ -22,8 +25,6 @@ Dims = int | tuple[int, ...]
 
 def run(device: Device, kernel: Kernel, grid: Dims, block: Dims, *args: Any) -> None:
     """Launch on `device` and wait; NumPy arguments the kernel writes come back filled."""
-    from ..execution.kernel import launch
-
     launch(kernel, grid, block, args, device=device)
     device.synchronize()
 
@@ -97,8 +98,6 @@ def assert_permutation(actual: Sequence[Any] | np.ndarray, expected: Sequence[An
 def captured_stdout() -> Iterator[list[str]]:
     """What is written to stdout inside the block, as lines once it ends: to Python's
     `sys.stdout` and to file descriptor 1 (C's printf, a driver's device printf)."""
-    from ..runtime.stdio import flush
-
     lines: list[str] = []
     sys.stdout.flush()
     saved = os.dup(1)

@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from ..runtime.selection import DeviceNotFoundError
-from ..runtime.selection import device as resolve_device
+from ..runtime.device import DeviceNotFoundError
+from ..runtime.device import device as resolve_device
 from .runner import CaseResult, Report, Status, run_suite, selected
 
 STYLES = {Status.PASSED: "green", Status.FAILED: "bold red", Status.SKIPPED: "yellow"}

@@ -21,6 +21,7 @@ from ..ir.nodes import Program
 from ..ir.passes import inline_aggregate_returns, lower_aggregates, lower_thread_loops
 from ..ir.passes.validate import BINOPS, COMPARES, UNARY
 from ..ir.visit import walk
+from .cases import MODULES
 from .registry import declared_signatures
 
 BOOLOPS = ("and", "or")
@@ -63,8 +64,6 @@ class Coverage:
 
 def conformance_kernels() -> Iterator[Kernel]:
     """The module-level kernels of the built-in case modules."""
-    from .cases import MODULES
-
     for module in MODULES:
         for value in vars(module).values():
             if isinstance(value, Kernel):

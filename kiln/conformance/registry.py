@@ -99,9 +99,8 @@ def case(name: str | None = None, *, requires: tuple[Requirement, ...] = (),
 
 
 def all_cases() -> list[Case]:
-    """Every registered case, in registration order."""
-    from . import cases as _load  # noqa: F401 - registers the built-in cases
-
+    """Every registered case, in registration order (the package registers the built-in
+    cases when it is imported)."""
     return list(_CASES.values())
 
 

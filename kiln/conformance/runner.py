@@ -11,7 +11,7 @@ from enum import Enum
 
 from ..errors import DeviceFeatureError
 from ..runtime.device import Device
-from ..runtime.selection import device as resolve_device
+from ..runtime.device import device as resolve_device
 from .registry import Case, Skipped, all_cases
 
 

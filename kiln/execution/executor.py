@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import LaunchError
 from ..framework.backend import Dim3, ExecutionModel
+from ..framework.registry import registry
 from ..ir.analysis import written_params
 from ..ir.nodes import Program
 from ..ir.types import (
@@ -28,12 +29,13 @@ from ..ir.types import (
     is_aggregate,
     literal_type,
 )
-from ..lang.records import argument_error, kiln_type_of, lowered_arguments
+from ..lang.records import argument_error, kiln_type_of
 from ..runtime.array import DeviceArray, DeviceArrayView, stage_host
 from ..runtime.device import Device, Stream
+from ..runtime.device import device as resolve_device
 from ..runtime.interop import adopt
-from ..runtime.selection import device as resolve_device
 from ..runtime.status import StatusWatch
+from .arguments import lowered_arguments
 from .fastpath import remember, try_plan
 from .kernelcache import kernel_key
 
@@ -303,7 +305,6 @@ def adopt_foreign(args: Sequence[Any]) -> Sequence[Any]:
     memory, through the adopters backends register (`kiln.runtime.interop`)."""
     if all(isinstance(a, _NATIVE_ARGS) for a in args):
         return args
-    from ..framework.registry import registry
 
     registry.entries()  # backends register their adopters on import
     return tuple(a if isinstance(a, _NATIVE_ARGS) else adopt(a) or a for a in args)

@@ -119,11 +119,3 @@ class PreparedLaunch:
         self._run()
         if self.bound.watch is not None:
             self.bound.watch.arm()
-
-
-def prepare(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any],
-            device: Any = None, stream: Any = None) -> PreparedLaunch:
-    from .executor import adopt_foreign, bind_launch
-
-    return PreparedLaunch(kernel.name,
-                          bind_launch(kernel, grid, block, adopt_foreign(args), device, stream))

@@ -20,10 +20,11 @@ import linecache
 import math
 from functools import cache
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from ..ir import types as kiln_types
 from ..ir.types import (
     ArrayType,
     ConstexprType,
@@ -34,12 +35,12 @@ from ..ir.types import (
     VectorType,
     VoidType,
 )
+from ..lang import builtins as kiln_builtins
+from ..lang import functions, records
 from ..lang.builtins import KernelOnly
+from ..lang.functions import Compilable
 from ..lang.records import Variant, field_defaults, kiln_type_of
 from ..lang.source import ParsedFunction, parse_function
-
-if TYPE_CHECKING:
-    from .kernel import _Compilable
 
 _MISSING = object()
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
@@ -49,7 +50,7 @@ class NotFingerprintable(Exception):
     """A name the kernel reads denotes an object of a kind `fingerprint` does not know."""
 
 
-def fingerprint(fn: _Compilable) -> str:
+def fingerprint(fn: Compilable) -> str:
     """The SHA-256 (hex) of a kernel or device function and everything it can see."""
     return hashlib.sha256("\n".join(_Walker().function(fn)).encode()).hexdigest()
 
@@ -64,7 +65,7 @@ class _Walker:
     def __init__(self) -> None:
         self.seen: dict[int, int] = {}  # id of a device function -> its number (recursion)
 
-    def function(self, fn: _Compilable) -> list[str]:
+    def function(self, fn: Compilable) -> list[str]:
         number = self.seen.get(id(fn))
         if number is not None:
             return [f"ref {number}"]
@@ -104,8 +105,6 @@ class _Walker:
         return " ".join(parts)
 
     def value(self, obj: Any) -> str:
-        from .kernel import _Compilable
-
         if isinstance(obj, _SCALARS):
             return f"{type(obj).__name__}:{obj!r}"
         if isinstance(obj, np.generic):
@@ -117,7 +116,7 @@ class _Walker:
             return f"({', '.join(self.value(v) for v in obj)})"
         if isinstance(obj, Type):
             return self.type(obj)
-        if isinstance(obj, _Compilable):
+        if isinstance(obj, Compilable):
             return "{" + "\n".join(self.function(obj)) + "}"
         record = kiln_type_of(obj)
         if record is not None:
@@ -241,12 +240,11 @@ def _dotted(node: ast.expr) -> tuple[str, ...] | None:
 
 @cache
 def _known_names() -> dict[int, tuple[Any, str]]:
-    """Members of kiln, math, numpy and Python's builtins, by identity: what they mean in a
-    kernel is kiln's code (part of the cache key through kiln's own identity)."""
-    import kiln
-
+    """Members of kiln's kernel language (the modules kiln's public names come from), math,
+    numpy and Python's builtins, by identity: what they mean in a kernel is kiln's code
+    (part of the cache key through kiln's own identity)."""
     known: dict[int, tuple[Any, str]] = {}
-    for module in (kiln, math, np, builtins):
+    for module in (kiln_types, kiln_builtins, records, functions, math, np, builtins):
         for name, value in vars(module).items():
             known.setdefault(id(value), (value, f"{module.__name__}.{name}"))
     return known

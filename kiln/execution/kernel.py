@@ -9,16 +9,25 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import KernelError, LaunchError
+from ..framework.registry import registry
+from ..framework.sizing import Dim, as_shape, grid_and_block
 from ..ir.nodes import Loc
+from ..ir.passes import check_program
+from ..ir.printer import format_program
 from ..ir.types import Type
+from ..lang.frontend import build_program
+from ..lang.functions import Compilable, DeviceFunction
 from ..options import KernelOptions
+from ..runtime.device import device as resolve_device
+from .executor import adopt_foreign, bind_launch, pick_device, specialize
+from .executor import launch as execute_launch
+from .fastpath import PreparedLaunch
 
 if TYPE_CHECKING:
     from ..framework.backend import Backend
     from ..ir.nodes import Program
     from ..runtime.device import Device, Stream
     from .executor import Specialization
-    from .fastpath import PreparedLaunch
 
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_LAUNCHERS = 64
@@ -38,34 +47,7 @@ def _user_facing(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class _Compilable:
-    """What kernels and device functions share: the Python function and its parameters."""
-
-    def __init__(self, pyfunc: Callable[..., Any], options: KernelOptions) -> None:
-        self.pyfunc = pyfunc
-        self.name = pyfunc.__name__
-        self.options = options
-        functools.update_wrapper(self, pyfunc)  # type: ignore[arg-type]
-        self._signature: list[tuple[str, Type | None]] | None = None
-
-    @property
-    def signature(self) -> list[tuple[str, Type | None]]:
-        """Parameter names with their annotated kiln types (None where unannotated)."""
-        if self._signature is None:
-            from ..lang.resolve import parameter_types
-
-            self._signature = parameter_types(self.pyfunc)
-        return self._signature
-
-
-class DeviceFunction(_Compilable):
-    """A `@kiln.func`: callable from kernels and other device functions."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"{self.name} is a @kiln.func: call it from a kernel")
-
-
-class Kernel(_Compilable):
+class Kernel(Compilable):
     """A `@kiln.kernel`: launch with `kernel[grid, block](args...)` or `kiln.launch`."""
 
     def __init__(self, pyfunc: Callable[..., Any], options: KernelOptions) -> None:
@@ -85,8 +67,6 @@ class Kernel(_Compilable):
         raise TypeError(f"launch a kernel with {self.name}[grid, block](...) or kiln.launch(...)")
 
     def __getitem__(self, config: Any) -> Launcher | SizedLauncher:
-        from ..framework.sizing import Dim
-
         if isinstance(config, Dim) or (isinstance(config, tuple) and len(config) == 2
                                        and isinstance(config[0], Dim)):
             size, stream = (config, None) if isinstance(config, Dim) else config
@@ -111,9 +91,6 @@ class Kernel(_Compilable):
         """The typed IR for one argument-type signature (cached)."""
         program = self._programs.get(arg_types)
         if program is None:
-            from ..ir.passes import check_program
-            from ..lang.frontend import build_program
-
             self.frontend_runs += 1
             program = check_program(build_program(self.pyfunc, arg_types, kernel=True))
             self._programs[arg_types] = program
@@ -130,15 +107,11 @@ class Kernel(_Compilable):
     @_user_facing
     def ir(self, *types: Type) -> str:
         """The IR printed for a signature (annotations when no types are given)."""
-        from ..ir.printer import format_program
-
         return format_program(self.program(self._types(types)))
 
     @_user_facing
     def source(self, backend: str | Backend, *types: Type) -> str:
         """The source a JIT backend generates for a signature."""
-        from ..framework.registry import registry
-
         b = registry.get(backend).backend if isinstance(backend, str) else backend
         program = self.program(self._types(types))
         for stage in b.pipeline(None):
@@ -149,16 +122,12 @@ class Kernel(_Compilable):
     def prepare(self, grid: Any, block: Any, *args: Any, device: Device | str | None = None,
                 stream: Stream | None = None) -> PreparedLaunch:
         """Check and pack a launch once; calling the result launches it again, unchecked."""
-        from .fastpath import prepare
-
-        return prepare(self, grid, block, args, device, stream)
+        return PreparedLaunch(self.name, bind_launch(self, grid, block, adopt_foreign(args),
+                                                     device, stream))
 
     @_user_facing
     def compile(self, device: Device | str | None = None, *types: Type) -> Specialization:
         """Compile ahead of a launch."""
-        from ..runtime.selection import device as resolve_device
-        from .executor import specialize
-
         return specialize(self, self._types(types), resolve_device(device))
 
 
@@ -174,8 +143,6 @@ class Launcher:
     def __call__(self, *args: Any) -> None:
         plan = self.plan  # the fast path (execution.fastpath); it declines what it cannot run
         if plan is None or not plan(args):
-            from .executor import launch as execute_launch
-
             try:
                 execute_launch(self.kernel, self.grid, self.block, args, None, self.stream)
             except (KernelError, LaunchError) as exc:  # one frame, not kiln's internals
@@ -203,10 +170,6 @@ def launch(kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[A
            dim: Any = None) -> None:
     """Launch `kernel` on a grid of `grid` blocks of `block` threads, or with `dim=n` (an int
     or a shape) one thread per element, the block chosen for the device."""
-    from ..framework.sizing import as_shape, grid_and_block
-    from .executor import launch as execute_launch
-    from .executor import pick_device
-
     if dim is None:
         if grid is None or block is None:
             raise LaunchError(f"launching {kernel.name} needs dim=n (one thread per element) "
@@ -224,7 +187,7 @@ def launch(kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[A
     execute_launch(kernel, grid3, block3, args, dev if device is not None else None, stream)
 
 
-def _decorator(cls: type[_Compilable], decorator: str, fn: Callable[..., Any] | None,
+def _decorator(cls: type[Compilable], decorator: str, fn: Callable[..., Any] | None,
                options: dict[str, Any]) -> Any:
     if fn is None:  # @kiln.kernel(...): check the options where they are written
         checked = _options(decorator, options)

@@ -43,6 +43,7 @@ from ..ir.intrinsics import intrinsics
 from ..ir.nodes import Program
 from ..ir.types import SCALAR_BY_NAME, ScalarType, StructType, Type
 from ..options import KernelOptions
+from ..version import __version__
 from .fingerprint import NotFingerprintable, fingerprint, type_fingerprint
 
 if TYPE_CHECKING:
@@ -146,10 +147,8 @@ def kiln_identity() -> str:
     """kiln's version with Python's and NumPy's; for a source checkout (kiln not installed
     under site-packages), which changes without a new version, also the path, size and
     modification time of every module file."""
-    import kiln
-
-    root = Path(kiln.__file__).parent
-    h = hashlib.sha256(f"{kiln.__version__} {sys.version} numpy {np.__version__} "
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256(f"{__version__} {sys.version} numpy {np.__version__} "
                        f"pickle {PROTOCOL}".encode())
     if not {"site-packages", "dist-packages"} & set(root.parts):
         h.update("".join(sorted(_module_files(str(root), len(str(root))))).encode())

@@ -19,7 +19,8 @@ from ..ir.types import literal_type
 from ..options import KernelOptions
 from ..runtime.array import DeviceArray
 from ..runtime.device import Device, Stream
-from ..runtime.selection import device as resolve_device
+from ..runtime.device import device as resolve_device
+from .executor import adopt_foreign, as_dim3, validate_dims
 
 
 class RawKernel:
@@ -56,8 +57,6 @@ class RawKernel:
 
     def launch(self, grid: Any, block: Any, args: Sequence[Any],
                device: Device | str | None = None, stream: Stream | None = None) -> None:
-        from .executor import adopt_foreign, as_dim3, validate_dims
-
         args = adopt_foreign(args)
         dev = (stream.device if stream is not None else resolve_device(device or
                next((a.device for a in args if isinstance(a, DeviceArray)), None) or

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import LaunchError
 from ..runtime.array import DeviceArray, DeviceArrayView, _layout, copy_array, empty, full, zeros
-from ..runtime.selection import device as resolve_device
+from ..runtime.device import device as resolve_device
 from .kernel import launch
 
 if TYPE_CHECKING:

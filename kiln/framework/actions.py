@@ -20,6 +20,7 @@ from typing import Any
 from ..ir.nodes import Program
 from ..ir.types import Type
 from ..options import DEFAULT_OPTIONS, KernelOptions
+from .registry import registry
 
 ENTRY_POINT_GROUP = "kiln.actions"
 BUILTIN_ACTIONS = ("kiln.codegen.library",)
@@ -101,7 +102,6 @@ def actions() -> list[Action]:
         _discovered = True
         for module in BUILTIN_ACTIONS:
             import_module(module)
-        from .registry import registry
 
         registry.entries()
         for ep in entry_points(group=ENTRY_POINT_GROUP):

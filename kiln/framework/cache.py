@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import struct
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..options import KernelOptions
+from ..version import __version__
 from .buildenv import BuildEnv
 
 T = TypeVar("T")
@@ -70,8 +72,6 @@ def cache_root() -> Path:
 def cache_key(backend: str, source: str, env: BuildEnv, arch: str,
               options: KernelOptions | dict[str, Any] | None = None) -> str:
     """The hex key of one compiled binary (options by value: equal options, equal keys)."""
-    from .. import __version__
-
     named = options.as_dict() if isinstance(options, KernelOptions) else options or {}
     parts = {"kiln": __version__, "backend": backend, "env": env.identity, "arch": arch,
              "options": sorted((str(k), repr(v)) for k, v in named.items())}
@@ -197,8 +197,6 @@ class CompileCache:
 
 
 def _private_dir() -> Path:
-    import tempfile
-
     path = Path(tempfile.gettempdir()) / f"kiln-cache-{os.getuid() if hasattr(os, 'getuid') else 0}"
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from importlib import import_module
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,8 @@ class BackendEntry:
     backend: Backend
     priority: int
     _availability: Availability | None = None
-    _devices: list[Device] | None = None
+    device_cache: list[Device] | None = None
+    """Its devices, made on first use by `kiln.runtime.device.devices_of`."""
 
     @property
     def name(self) -> str:
@@ -54,21 +56,6 @@ class BackendEntry:
         except Exception as exc:  # a broken plugin must not break kiln
             return Availability(False, f"availability check failed: {exc}")
 
-    def devices(self) -> list[Device]:
-        from ..runtime.device import Device
-
-        if self._devices is None:
-            if not self.available:
-                self._devices = []
-            else:
-                handles = self.backend.device_handles()
-                self._devices = [
-                    Device(self.backend, i, handle, caps,
-                           self.backend.device_priority(caps, self.priority))
-                    for i, (handle, caps) in enumerate(handles)
-                ]
-        return self._devices
-
 
 class BackendRegistry:
     def __init__(self) -> None:
@@ -95,8 +82,6 @@ class BackendRegistry:
         A backend module registers itself on import (`register_backend(...)`); a plugin's
         attribute may instead be a backend object, registered here with its `priority`.
         """
-        from importlib import import_module
-
         module_name, _, attr = spec.partition(":")
         try:
             module = import_module(module_name)

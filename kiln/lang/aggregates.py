@@ -27,8 +27,7 @@ from ..ir.types import (
     i32,
     is_aggregate,
 )
-from .records import Variant, field_defaults, kiln_type_of
-from .resolve import type_from_object
+from .records import Variant, field_defaults, kiln_type_of, type_from_object
 from .typing_rules import comparison_type, operand_type
 
 BITWISE = ("<<", ">>", "&", "|", "^")

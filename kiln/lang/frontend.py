@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
+import operator
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -50,6 +51,7 @@ from ..ir.types import (
 )
 from . import builtins as kb
 from .aggregates import AggregateBuilder, is_value_type
+from .functions import Compilable, DeviceFunction
 from .native import build_native
 from .printing import build_print
 from .records import Variant, kiln_type_of
@@ -81,6 +83,14 @@ UNSUPPORTED_EXPRESSIONS = {
     ast.YieldFrom: "generators", ast.Await: "`await`", ast.JoinedStr: "strings",
     ast.Starred: "starred arguments", ast.NamedExpr: "`:=`", ast.Slice: "slices",
 }
+
+
+_LITERAL_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "<<": operator.lshift,
+    ">>": operator.rshift, "&": operator.and_, "|": operator.or_, "^": operator.xor,
+}
+"""Python's arithmetic on two literals (folded before typing, as Python would)."""
 
 
 class _Retry(Exception):
@@ -969,13 +979,8 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
         return ir.BinOp(t, op, self.cast(left, t), self.cast(right, t), loc=loc)
 
     def fold_literals(self, op: str, a: Any, b: Any, node: ast.AST) -> ir.Expr:
-        import operator as o
-
-        table = {"+": o.add, "-": o.sub, "*": o.mul, "/": o.truediv, "//": o.floordiv,
-                 "%": o.mod, "**": o.pow, "<<": o.lshift, ">>": o.rshift, "&": o.and_,
-                 "|": o.or_, "^": o.xor}
         try:
-            return self.literal(table[op](a, b), node)
+            return self.literal(_LITERAL_OPS[op](a, b), node)
         except ZeroDivisionError:
             raise KernelError("division by zero in a constant expression",
                               self.loc(node)) from None
@@ -1121,11 +1126,9 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
                              loc)
         if name is not None:
             return self.intrinsic_call(name, node, statement)
-        from ..execution.kernel import DeviceFunction, Kernel
-
         if isinstance(fn, DeviceFunction):
             return self.device_call(fn, node, statement)
-        if isinstance(fn, Kernel):
+        if isinstance(fn, Compilable):  # a @kiln.kernel
             raise UnsupportedError(f"kernel {fn.name} cannot be called from a kernel; make "
                                    "it a @kiln.func", loc)
         raise UnsupportedError(f"calling {_describe(fn)} is not supported in kernels", loc)

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import KernelTypeError, UnsupportedError
 from ..ir import nodes as ir
 from ..ir.types import ScalarType, Type, f32, i32, u32
-from ..runtime.stdio import printing_kernels
+from ..stdio import printing_kernels
 
 if TYPE_CHECKING:
     from .frontend import FunctionBuilder

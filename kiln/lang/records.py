@@ -16,7 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.types import ArrayType, ScalarType, StructType, Type, VariantType, VectorType
+from ..ir.types import (
+    SCALAR_BY_DTYPE,
+    ArrayType,
+    ConstexprType,
+    ScalarType,
+    StructType,
+    Type,
+    VariantType,
+    VectorType,
+    bool_,
+    f32,
+    i32,
+)
 
 KILN_TYPE = "__kiln_type__"
 
@@ -27,13 +39,30 @@ def kiln_type_of(obj: Any) -> Type | None:
     return t if isinstance(t, (StructType, VariantType)) else None
 
 
+def type_from_object(obj: Any) -> Type | None:
+    """A kiln type from an annotation object (`f32`, `f32[:]`, `f32x4`, a struct class, a
+    variant, `int`, `np.float32`...)."""
+    if isinstance(obj, (ScalarType, VectorType, ArrayType, ConstexprType)):
+        return obj
+    record = kiln_type_of(obj)
+    if record is not None:
+        return record
+    if obj is int:
+        return i32
+    if obj is float:
+        return f32
+    if obj is bool:
+        return bool_
+    if isinstance(obj, type) and issubclass(obj, np.generic):
+        return SCALAR_BY_DTYPE.get(np.dtype(obj))
+    return None
+
+
 def struct(cls: type) -> type:
     """Make `cls` a kiln record: its annotated fields (scalars, vectors, records) in order.
 
     Fields may have defaults (`vx: f32 = 0.0`), used where a construction leaves them out.
     """
-    from .resolve import type_from_object
-
     if not isinstance(cls, type):
         raise TypeError(f"@kiln.struct decorates a class, got {cls!r}")
     fields: list[tuple[str, Type]] = []
@@ -192,28 +221,3 @@ def argument_error(expected: Type, value: Any) -> str | None:
     except (TypeError, ValueError) as exc:
         return f"expected a {expected}: {exc}"
     return None
-
-
-def lowered_arguments(original: list[Type], params: list[Any], values: list[Any]) -> list[Any]:
-    """Launch values for a kernel whose parameters `lower_aggregates` split (`params`, each
-    with a `ParamSource`), from the values of its original parameters (types `original`):
-    a record, variant or vector argument gives scalars read from its packed bytes, an array
-    of them gives views of its memory."""
-    from ..runtime.array import DeviceArray
-
-    packed: dict[int, bytes] = {}
-    out: list[Any] = []
-    for p in params:
-        index, t = p.source.index, original[p.source.index]
-        value = values[index]
-        if isinstance(p.type, ArrayType) and isinstance(t, ArrayType) and t.elem != p.type.elem:
-            shape = (*value.shape[: t.ndim], t.elem.dtype.itemsize // p.type.elem.itemsize)
-            out.append(DeviceArray(value.device, shape, p.type.elem.dtype, value.buffer,
-                                   value._host))
-        elif isinstance(p.type, ScalarType) and not isinstance(t, ScalarType):
-            if index not in packed:
-                packed[index] = pack(value, t).tobytes()
-            out.append(np.frombuffer(packed[index], p.type.dtype, 1, p.source.offset)[0])
-        else:
-            out.append(value)
-    return out

@@ -8,22 +8,12 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from ..errors import KernelTypeError, UnknownNameError, UnsupportedError
 from ..ir.nodes import Loc
 from ..ir.types import (
-    SCALAR_BY_DTYPE,
-    ArrayType,
-    ConstexprType,
-    ScalarType,
     Type,
-    VectorType,
-    bool_,
-    f32,
-    i32,
 )
-from .records import kiln_type_of
+from .records import type_from_object
 from .source import parse_function
 
 _MISSING = object()
@@ -66,25 +56,6 @@ class StaticResolver:
                 return _MISSING
             return getattr(base, node.attr, _MISSING)
         return _MISSING
-
-
-def type_from_object(obj: Any) -> Type | None:
-    """A kiln type from an annotation object (`f32`, `f32[:]`, `f32x4`, a struct class, a
-    variant, `int`, `np.float32`...)."""
-    if isinstance(obj, (ScalarType, VectorType, ArrayType, ConstexprType)):
-        return obj
-    record = kiln_type_of(obj)
-    if record is not None:
-        return record
-    if obj is int:
-        return i32
-    if obj is float:
-        return f32
-    if obj is bool:
-        return bool_
-    if isinstance(obj, type) and issubclass(obj, np.generic):
-        return SCALAR_BY_DTYPE.get(np.dtype(obj))
-    return None
 
 
 def parameter_types(pyfunc: Callable[..., Any]) -> list[tuple[str, Type | None]]:

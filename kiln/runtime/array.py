@@ -8,8 +8,8 @@ import numpy as np
 
 from ..ir.types import SCALAR_BY_DTYPE, ScalarType, VectorType
 from ..lang.records import kiln_type_of
-from .selection import DeviceNotFoundError
-from .selection import device as resolve_device
+from .device import DeviceNotFoundError
+from .device import device as resolve_device
 
 if TYPE_CHECKING:
     from .device import Device, Stream

@@ -1,16 +1,19 @@
-"""Devices, streams and events: user-facing wrappers over backend handles."""
+"""Devices, streams and events (user-facing wrappers over backend handles), and device
+selection: `kiln.backends()`, `kiln.devices()` and `kiln.device(spec)`."""
 
 from __future__ import annotations
 
+import os
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .status import StatusWatch, raise_failed
-from .stdio import flush as flush_c_stdout
+from ..framework.backend import Backend, Capabilities
+from ..framework.registry import BackendEntry, registry
+from ..stdio import flush as flush_c_stdout
 
 if TYPE_CHECKING:
-    from ..framework.backend import Backend, Capabilities
+    from .status import StatusWatch
 
 
 @runtime_checkable
@@ -80,8 +83,6 @@ class Stream:
     """An in-order queue of work on one device."""
 
     def __init__(self, device: Device | None = None) -> None:
-        from .selection import device as default_device
-
         self.device = device or default_device()
         self.handle = self.device.backend.create_stream(self.device)
         self.device.streams.add(self)
@@ -109,8 +110,6 @@ class Event:
     and PyTorch)."""
 
     def __init__(self, device: Device | None = None) -> None:
-        from .selection import device as default_device
-
         self.device = device or default_device()
         self.handle = self.device.backend.create_event(self.device)
         self._recorded = False
@@ -143,3 +142,75 @@ class Event:
             raise ValueError(f"the end event completed {-ms:.3f} ms before the start: call "
                              "start.elapsed_time(end) (this event is the start)")
         return ms
+
+
+class DeviceNotFoundError(LookupError):
+    """No device matches the request; the message says why."""
+
+
+def backends() -> list[BackendEntry]:
+    """Every registered backend, highest priority first, with `available` and `reason`."""
+    return registry.entries()
+
+
+def devices() -> list[Device]:
+    """Every device of every available backend, best first."""
+    found = [d for e in registry.entries() for d in devices_of(e)]
+    return sorted(found, key=lambda d: -d.priority)
+
+
+def device(spec: str | Device | None = None) -> Device:
+    """A device by spec (`"cuda:0"`, `"opencl"`, `"cpu"`), or the best one available.
+
+    With no spec, `KILN_BACKEND` names the backend to use when set.
+    """
+    if isinstance(spec, Device):
+        return spec
+    if spec is None:
+        spec = os.environ.get("KILN_BACKEND") or None
+    if spec is None:
+        found = devices()
+        if not found:  # interp is always there unless disabled
+            raise DeviceNotFoundError("no backend is available (see `kiln info`)")
+        return found[0]
+    name, _, index = spec.partition(":")
+    try:
+        entry = registry.get(name)
+    except KeyError as exc:
+        raise DeviceNotFoundError(str(exc.args[0])) from None
+    if not entry.available:
+        raise DeviceNotFoundError(f"backend {name!r} is not available: {entry.reason}")
+    devs = sorted(devices_of(entry), key=lambda d: -d.priority) if not index else devices_of(entry)
+    if not devs:
+        raise DeviceNotFoundError(f"backend {name!r} has no devices")
+    if not index:
+        return devs[0]
+    if not index.isdigit() or int(index) >= len(devs):
+        raise DeviceNotFoundError(f"{spec!r}: backend {name!r} has devices 0..{len(devs) - 1}")
+    return devs[int(index)]
+
+
+def devices_of(entry: BackendEntry) -> list[Device]:
+    """The devices of one registered backend (none when it is unavailable), made once."""
+    if entry.device_cache is None:
+        if not entry.available:
+            entry.device_cache = []
+        else:
+            backend = entry.backend
+            entry.device_cache = [
+                Device(backend, i, handle, caps, backend.device_priority(caps, entry.priority))
+                for i, (handle, caps) in enumerate(backend.device_handles())
+            ]
+    return entry.device_cache
+
+
+def default_device() -> Device:
+    """The device a stream, an event or an array gets when none is given."""
+    return device(None)
+
+
+def raise_failed(watches: Iterable[StatusWatch]) -> None:
+    """Read each (synchronised) status and raise the first failed check."""
+    failed = [check for check in (w.failed() for w in watches) if check is not None]
+    if failed:
+        raise failed[0].error(failed[0].message, failed[0].loc)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from .device import Device, Stream
-from .selection import device as resolve_device
+from .device import device as resolve_device
 
 
 class Graph:

@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 
 class HostStream:
     """`threads`: how many host threads the work of this stream may use (None: all)."""
@@ -91,13 +93,9 @@ class HostMemoryMixin:
     """
 
     def allocate(self, device, nbytes: int):
-        import numpy as np
-
         return np.empty(max(nbytes, 1), dtype=np.uint8)
 
     def wrap_host(self, device, array):
-        import numpy as np
-
         if array.flags.c_contiguous and array.flags.writeable and array.flags.aligned:
             return array.reshape(-1).view(np.uint8)
         return None

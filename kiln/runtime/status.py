@@ -9,14 +9,14 @@ event recorded after it, a copy to the host) reads the status and raises the fai
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .array import DeviceArray, empty
+
 if TYPE_CHECKING:
     from ..ir.nodes import RuntimeCheck
-    from .array import DeviceArray
     from .device import Stream
 
 
@@ -24,8 +24,6 @@ class StatusWatch:
     """The status array of one specialisation on one stream, and the checks it reports."""
 
     def __init__(self, checks: list[RuntimeCheck], stream: Stream) -> None:
-        from .array import empty  # array -> selection -> device -> status
-
         self.checks = checks
         self.stream = stream
         self.array: DeviceArray = empty(1, np.int32, stream.device)
@@ -47,10 +45,3 @@ class StatusWatch:
         backend.copy_host_to_device(self.array.buffer, np.zeros(1, np.int32), handle)
         backend.synchronize_stream(handle)
         return self.checks[int(code[0]) - 1]
-
-
-def raise_failed(watches: Iterable[StatusWatch]) -> None:
-    """Read each (synchronised) status and raise the first failed check."""
-    failed = [check for check in (w.failed() for w in watches) if check is not None]
-    if failed:
-        raise failed[0].error(failed[0].message, failed[0].loc)

@@ -15,6 +15,7 @@ from ...framework.buildenv import BuildEnv
 from ...framework.cache import CompileCache, cache_key
 from ...ir.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
+from ...ir.passes import pipeline_for
 from ...options import KernelOptions
 from . import interop, nvrtc
 from .dialect import CudaEmitter
@@ -130,8 +131,6 @@ class CudaBackend(JITBackend):
         return [(Context(i), capabilities_of(i)) for i in range(count)]
 
     def pipeline(self, device: Device | None) -> Sequence[Pass]:
-        from ...ir.passes import pipeline_for
-
         return pipeline_for(device)
 
     def build_identity(self, device: Device) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 from ...errors import LaunchError
 from ...ir.types import SCALAR_BY_DTYPE
 from ...runtime.array import DeviceArray, DeviceArrayView
+from ...runtime.device import device
 from .driver import api, check, probe
 from .memory import Buffer
 
@@ -58,8 +59,6 @@ def _is_cuda_array(value: Any) -> bool:
 
 
 def _cuda_device(ordinal: int) -> Device:
-    from ...runtime.selection import device
-
     return device(f"cuda:{ordinal}")
 
 

@@ -9,9 +9,10 @@ returns a new Program.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..nodes import Program
+from ..target import Capabilities
 from .aggregates import lower_aggregates
 from .bf16 import lower_bf16
 from .convergence import check_convergence
@@ -24,16 +25,13 @@ from .thread_loops import lower_thread_loops, widen_index_arithmetic
 from .validate import InternalError, validate
 from .warps import lower_single_lane_warps
 
-if TYPE_CHECKING:
-    from ...runtime.device import Device
-
 Pass = Callable[[Program], Program]
 
 __all__ = [
-    "InternalError", "Pass", "bound_recursion", "check_program", "default_pipeline",
-    "device_feature_check", "fold_constants", "inline_aggregate_returns", "inline_functions",
-    "lower_aggregates", "lower_bf16", "lower_single_lane_warps", "lower_thread_loops",
-    "pipeline_for", "remove_dead_code", "widen_index_arithmetic",
+    "BackendTraits", "InternalError", "Pass", "PipelineTarget", "bound_recursion", "check_program",
+    "default_pipeline", "device_feature_check", "fold_constants", "inline_aggregate_returns",
+    "inline_functions", "lower_aggregates", "lower_bf16", "lower_single_lane_warps",
+    "lower_thread_loops", "pipeline_for", "remove_dead_code", "widen_index_arithmetic",
 ]
 
 
@@ -53,7 +51,28 @@ def default_pipeline() -> list[Pass]:
             remove_dead_code]
 
 
-def pipeline_for(device: Device | None, *, inline: bool = False) -> list[Pass]:
+class BackendTraits(Protocol):
+    """What the pipeline needs to know of a device's backend."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def supports_recursion(self) -> bool: ...
+
+
+class PipelineTarget(Protocol):
+    """What `pipeline_for` reads from a device (a `kiln.Device`): the passes know devices
+    only through this, so they sit below the runtime."""
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def backend(self) -> BackendTraits: ...
+
+
+def pipeline_for(device: PipelineTarget | None, *, inline: bool = False) -> list[Pass]:
     """The default pipeline, after the device's feature check (when a device is known) and
     before inlining of every device function (for backends that cannot call functions).
     On devices whose warps have one thread, warp operations are lowered first. Records,

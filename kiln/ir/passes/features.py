@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from ...errors import DeviceFeatureError
 from .. import nodes as ir
 from ..enums import MemorySpace
 from ..intrinsics import intrinsics
+from ..target import Capabilities
 from ..types import ArrayType, ScalarType, Type, bf16, f16, f64
 from ..visit import walk
 from .common import all_functions
-
-if TYPE_CHECKING:
-    from ...framework.backend import Capabilities
 
 
 def device_feature_check(capabilities: Capabilities) -> Callable[[ir.Program], ir.Program]:
