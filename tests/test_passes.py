@@ -899,3 +899,15 @@ def test_inlined_program_computes_the_same(device: kiln.Device | str) -> None:
         run_program(device, variant, 2, 32, [a, out, np.int32(n)])
         np.testing.assert_array_equal(out.numpy(), expected_out)
         np.testing.assert_array_equal(a.numpy(), expected_a)
+
+
+def test_deep_copies_of_ir_share_types() -> None:
+    """A pass outside kiln may copy IR with copy.deepcopy; scalar types stay the objects
+    that code compares by identity."""
+    import copy
+
+    program = uses_f64.program((f32[:],))
+    clone = copy.deepcopy(program)
+    assert clone is not program and clone.kernel is not program.kernel
+    assert clone.kernel.params[0].type is program.kernel.params[0].type
+    assert copy.deepcopy(kiln.f16) is kiln.f16 and copy.copy(f32[:]) == f32[:]

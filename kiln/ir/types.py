@@ -20,6 +20,14 @@ from .enums import MemorySpace
 class Type:
     """Base of all kiln types."""
 
+    def __copy__(self) -> Type:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Type:
+        """Types are immutable values that code compares by identity (`t is f32`): a copy
+        of an IR tree (`copy.deepcopy`, as a plugin's pass may make) shares them."""
+        return self
+
 
 @dataclass(frozen=True)
 class VoidType(Type):
