@@ -1,0 +1,91 @@
+"""An IR pass: device functions specialised per array argument, for targets without
+pointers to device memory (WGSL cannot pass a storage or workgroup pointer to a function).
+
+Every array a device function can receive is, in the end, a kernel parameter (a storage
+buffer) or a shared array of the kernel (a `var<workgroup>`): both are module-scope
+variables in WGSL, which any function may name. So each function is copied once per
+combination of arrays its calls pass, with its array parameters removed and their uses
+renamed to the module-scope variable (`global_name(...)`); calls pass scalars only. Bounded
+recursion (`bound_recursion`, earlier in the pipeline) has already made every function
+non-recursive, so the copies are finite. A local array passed to a function is an
+UnsupportedError at the call.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from kiln import ArrayType, MemorySpace, UnsupportedError
+from kiln.ir import nodes as ir
+from kiln.ir.visit import walk
+
+GLOBAL_PREFIX = "kiln.global."
+"""Variables named `kiln.global.<name>` are the kernel's module-scope array `<name>` (a
+dot never appears in a Python identifier, so no user name collides)."""
+
+
+def global_name(name: str) -> str:
+    return GLOBAL_PREFIX + name
+
+
+def specialise_array_arguments(program: ir.Program) -> ir.Program:
+    """A new program whose device functions take no array parameters."""
+    program = copy.deepcopy(program)
+    kernel = program.kernel
+    module_arrays = {p.name for p in kernel.params if isinstance(p.type, ArrayType)}
+    module_arrays |= {name for name, t in kernel.locals.items()
+                      if isinstance(t, ArrayType) and t.space is MemorySpace.SHARED}
+    specialiser = _Specialiser({f.name: f for f in program.functions})
+    specialiser.rewrite_calls(kernel.body, {name: name for name in module_arrays})
+    return ir.Program(kernel, specialiser.done, program.checks)
+
+
+class _Specialiser:
+    def __init__(self, functions: dict[str, ir.Function]) -> None:
+        self.functions = functions
+        self.names: dict[tuple[str, tuple[str, ...]], str] = {}
+        self.done: list[ir.Function] = []
+        self.count: dict[str, int] = {}
+
+    def rewrite_calls(self, body: list[ir.Stmt], arrays: dict[str, str]) -> None:
+        """Point each call at the copy for its array arguments (`arrays`: this body's
+        array variables -> module-scope arrays)."""
+        for node in walk(body):
+            if not isinstance(node, ir.Call):
+                continue
+            callee = self.functions[node.func]
+            bound: list[str] = []
+            scalars: list[ir.Expr] = []
+            for param, arg in zip(callee.params, node.args):
+                if not isinstance(param.type, ArrayType):
+                    scalars.append(arg)
+                    continue
+                target = arrays.get(arg.name) if isinstance(arg, ir.Var) else None
+                if target is None:
+                    raise UnsupportedError(
+                        "the webgpu backend passes only kernel parameters and shared arrays "
+                        f"to device functions (WGSL has no pointers to them); '{callee.name}' "
+                        "gets a local array here", node.loc)
+                bound.append(target)
+            node.func = self.copy_for(callee, tuple(bound))
+            node.args = scalars
+
+    def copy_for(self, callee: ir.Function, bound: tuple[str, ...]) -> str:
+        key = (callee.name, bound)
+        if key in self.names:
+            return self.names[key]
+        n = self.count.get(callee.name, 0)
+        self.count[callee.name] = n + 1
+        name = callee.name if n == 0 else f"{callee.name}_{n}"
+        self.names[key] = name
+        func = copy.deepcopy(callee)
+        func.name = name
+        arrays = [p.name for p in func.params if isinstance(p.type, ArrayType)]
+        renamed = dict(zip(arrays, bound))
+        func.params = [p for p in func.params if not isinstance(p.type, ArrayType)]
+        for node in walk(func.body):
+            if isinstance(node, ir.Var) and node.name in renamed:
+                node.name = global_name(renamed[node.name])
+        self.rewrite_calls(func.body, {global_name(g): g for g in bound})
+        self.done.append(func)
+        return name

@@ -1,0 +1,141 @@
+"""The webgpu plugin on a real adapter (Mesa's lavapipe in CI), against NumPy."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import f32, i32
+
+PACKAGE = Path(__file__).resolve().parents[1] / "kiln_webgpu"
+PUBLIC = {
+    "kiln", "kiln.codegen", "kiln.framework.intrinsics", "kiln.framework.cache",
+    "kiln.framework.buildenv", "kiln.ir", "kiln.ir.nodes", "kiln.ir.types", "kiln.ir.visit",
+    "kiln.ir.passes",
+}
+"""The modules docs/backends.md documents for backends ("What a backend may import")."""
+
+
+def webgpu_device() -> kiln.Device:
+    entry = {e.name: e for e in kiln.backends()}.get("webgpu")
+    if entry is None or not entry.available:
+        pytest.skip("no WebGPU adapter here: "
+                    f"{entry.reason if entry else 'the webgpu backend is not registered'}")
+    return kiln.device("webgpu")
+
+
+def test_imports_only_public_kiln() -> None:
+    """The plugin reaches kiln only through documented modules and public names."""
+    for path in PACKAGE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                    and node.module.split(".")[0] == "kiln":
+                assert node.module in PUBLIC, f"{path.name} imports {node.module}"
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{path.name} imports private {private}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "kiln":
+                        assert alias.name in PUBLIC, f"{path.name} imports {alias.name}"
+
+
+def test_registered_with_priority_by_device_kind() -> None:
+    device = webgpu_device()
+    backend = device.backend
+    caps = device.capabilities
+    cpu_priority = {e.name: e.priority for e in kiln.backends()}["cpu"]
+    gpu = backend.device_priority(
+        type(caps)(**{**caps.__dict__, "kind": kiln.DeviceKind.GPU}), 0)
+    assert cpu_priority < gpu < 100  # above cpu, below cuda
+    if caps.kind is kiln.DeviceKind.CPU:  # lavapipe: never the default over the cpu backend
+        assert device.priority < cpu_priority
+
+
+@kiln.kernel
+def vector_add(a: f32[:], b: f32[:], c: f32[:], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        c[i] = a[i] + b[i]
+
+
+@kiln.kernel
+def block_sum(x: f32[:], out: f32[:], n: i32):
+    s = kiln.shared(f32, 256)
+    t = kiln.thread_idx.x
+    acc = f32(0)
+    i = kiln.global_id(0)
+    while i < n:
+        acc += x[i]
+        i += kiln.global_size(0)
+    s[t] = acc
+    kiln.barrier()
+    k = kiln.block_dim.x // 2
+    while k > 0:
+        if t < k:
+            s[t] += s[t + k]
+        kiln.barrier()
+        k //= 2
+    if t == 0:
+        kiln.atomic_add(out, 0, s[0])
+
+
+def test_vector_add_and_reduce() -> None:
+    device = webgpu_device()
+    rng = np.random.default_rng(1)
+    n = 100_003
+    a, b = rng.random(n, np.float32), rng.random(n, np.float32)
+    c = kiln.zeros(n, np.float32, device=device)
+    vector_add[(n + 255) // 256, 256](kiln.to_device(a, device), kiln.to_device(b, device), c, n)
+    np.testing.assert_array_equal(c.numpy(), a + b)
+    out = kiln.zeros(1, np.float32, device=device)
+    block_sum[64, 256](kiln.to_device(a, device), out, n)
+    np.testing.assert_allclose(out.numpy()[0], a.sum(dtype=np.float64), rtol=1e-5)
+
+
+@kiln.kernel
+def block_ids(out: i32[:]):
+    if kiln.thread_idx.x == 0:
+        out[kiln.block_idx.x] = kiln.block_idx.x + kiln.grid_dim.x * 0
+
+
+def test_grid_past_the_dispatch_limit_is_folded() -> None:
+    """70,000 blocks in x: more than WebGPU dispatches in one dimension (65,535)."""
+    device = webgpu_device()
+    blocks = 70_000
+    out = kiln.zeros(blocks, np.int32, device=device)
+    block_ids[blocks, 32](out)
+    np.testing.assert_array_equal(out.numpy(), np.arange(blocks, dtype=np.int32))
+
+
+def test_i64_is_a_device_feature_error() -> None:
+    device = webgpu_device()
+
+    @kiln.kernel
+    def wide(a: i32[:]):
+        a[0] = i32(kiln.i64(a[0]) * 3)
+
+    with pytest.raises(kiln.DeviceFeatureError, match="i64 values is not supported by device"):
+        wide[1, 1](kiln.zeros(1, np.int32, device=device))
+
+
+def test_too_many_arrays_is_a_launch_error() -> None:
+    device = webgpu_device()
+    most = device.handle.limit("max-storage-buffers-per-shader-stage")
+    names = [f"a{k}" for k in range(most + 1)]
+    source = (f"def many({', '.join(f'{n}: f32[:]' for n in names)}):\n"
+              f"    {names[0]}[0] = " + " + ".join(f"{n}[0]" for n in names[1:]) + "\n")
+    scope: dict[str, object] = {"f32": f32}
+    path = Path(__file__).with_name("_many_arrays.py")
+    path.write_text(source)
+    try:
+        exec(compile(source, str(path), "exec"), scope)  # noqa: S102 - a generated kernel
+        many = kiln.kernel(scope["many"])
+        arrays = [kiln.zeros(1, np.float32, device=device) for _ in names]
+        with pytest.raises(kiln.LaunchError, match="storage buffers per kernel"):
+            many[1, 1](*arrays)
+    finally:
+        path.unlink()
