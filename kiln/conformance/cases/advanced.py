@@ -181,14 +181,15 @@ def native_popcount(x: u32[:], out: i32[:], n: i32):
         v = x[i]
         bits = 0
         kiln.native(cuda="{bits} = __popc({v});", opencl="{bits} = popcount({v});",
-                    c="{bits} = __builtin_popcount({v});", python=popcount_python)
+                    c="{bits} = __builtin_popcount({v});", python=popcount_python,
+                    wgsl="{bits} = i32(countOneBits({v}));")
         out[i] = bits * 10 + i32(v % 7)
 
 
 @case()
 def native_code(device):
-    """kiln.native: hand-written code per language (CUDA, OpenCL C, C, Python) reading and
-    writing kernel variables."""
+    """kiln.native: hand-written code per language (CUDA, OpenCL C, C, Python, and WGSL for
+    the webgpu plugin) reading and writing kernel variables."""
     n = 200
     x = rng(64).integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
     out = np.zeros(n, np.int32)

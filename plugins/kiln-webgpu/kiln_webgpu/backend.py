@@ -31,7 +31,8 @@ from . import runtime
 from .emitter import WGSLEmitter
 from .layout import uniform_bytes
 from .runtime import WebGPUDevice
-from .specialise import specialise_array_arguments
+from .selects import lower_effectful_selects
+from .specialise import check_inlined_size, specialise_array_arguments
 
 PRIORITY = {DeviceKind.GPU: 90, DeviceKind.ACCELERATOR: 45, DeviceKind.CPU: 20}
 ENTRY = re.compile(r"^@compute[^\n]*\nfn ([^\s(]+)\(", re.MULTILINE)
@@ -87,9 +88,11 @@ class WebGPUBackend(JITBackend):
         return PRIORITY.get(capabilities.kind, PRIORITY[DeviceKind.ACCELERATOR])
 
     def pipeline(self, device: Any) -> Sequence[Any]:
-        """The shared pipeline (recursion bounded: WGSL cannot recurse), then device
-        functions copied per array argument (WGSL passes no storage pointers)."""
-        return [*pipeline_for(device), specialise_array_arguments]
+        """The shared pipeline (recursion bounded: WGSL cannot recurse), conditional
+        expressions with side effects as statements (WGSL's `select` evaluates both arms),
+        then device functions copied per array argument (WGSL passes no storage pointers)."""
+        return [*pipeline_for(device), lower_effectful_selects, specialise_array_arguments,
+                check_inlined_size(device.capabilities.name if device is not None else "webgpu")]
 
     def build_identity(self, device: Any) -> str:
         """The driver, and this package's code generator (for kiln's kernel cache)."""
@@ -130,7 +133,15 @@ class WebGPUBackend(JITBackend):
         return runtime.allocate(device.handle, nbytes)
 
     def free(self, buffer: Any) -> None:
-        buffer.destroy()
+        if not isinstance(buffer, runtime.Region):  # a view's memory is its root's
+            buffer.destroy()
+
+    def sub_buffer(self, device: Any, buffer: Any, offset: int, nbytes: int) -> Any:
+        gpu, start, _ = runtime.parts(buffer)
+        return runtime.Region(gpu, start + offset, nbytes)
+
+    def sub_buffer_alignment(self, device: Any) -> int:
+        return device.handle.limit("min-storage-buffer-offset-alignment")
 
     def copy_host_to_device(self, dst: Any, src: Any, stream: Any) -> None:
         runtime.copy_host_to_device(stream, dst, src)
@@ -216,11 +227,13 @@ class Compiled:
             raise LaunchError(f"kernel {self.entry}: a grid of {blocks} blocks is more than "
                               "WebGPU can number (2**32 - 1)")
         pipeline = self.pipeline(block, len(arrays))
-        params = device.create_buffer_with_data(data=uniform_bytes(grid, args),
+        params = device.create_buffer_with_data(data=uniform_bytes(grid, block, args),
                                                 usage=wgpu.BufferUsage.UNIFORM)
         entries = [{"binding": 0, "resource": {"buffer": params}}]
-        entries += [{"binding": n, "resource": {"buffer": a.buffer}}
-                    for n, a in enumerate(arrays, 1)]
+        for n, a in enumerate(arrays, 1):
+            gpu, offset, size = runtime.binding_size(a.buffer)
+            entries.append({"binding": n, "resource": {"buffer": gpu, "offset": offset,
+                                                       "size": size}})
         group, _ = handle.bind_group_layout(len(arrays))
         bind_group = device.create_bind_group(layout=group, entries=entries)
         encoder = device.create_command_encoder()

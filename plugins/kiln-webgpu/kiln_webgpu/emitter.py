@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from kiln import ArrayType, MemorySpace, ScalarType, bool_, f16, f32, i32, u32
+from kiln import ArrayType, MemorySpace, ScalarType, bool_, f16, f32, i32, intrinsics, u32
 from kiln.codegen import CEmitter, CExpr, NameTable
-from kiln.framework.intrinsics import intrinsics
 from kiln.ir import nodes as ir
 from kiln.ir.types import Type, VoidType
 from kiln.ir.visit import walk
@@ -211,8 +210,8 @@ class WGSLEmitter(CEmitter):
             self.line("let kiln_gxy = kiln_gx * u32(kiln_grid_dim.y);")
             self.line("let kiln_block_idx = vec3<i32>(i32(kiln_block % kiln_gx), "
                       "i32((kiln_block % kiln_gxy) / kiln_gx), i32(kiln_block / kiln_gxy));")
-            self.line("let kiln_block_dim = vec3<i32>(i32(kiln_block_x), i32(kiln_block_y), "
-                      "i32(kiln_block_z));")
+            self.line("let kiln_block_dim = vec3<i32>(kiln_p.kiln_block_dim_x, "
+                      "kiln_p.kiln_block_dim_y, kiln_p.kiln_block_dim_z);")
             self.line("let kiln_thread_idx = vec3<i32>(kiln_lid);")
             if self.program.functions:
                 for v in INDEX_VECTORS:  # the module-scope copies device functions read

@@ -1,6 +1,7 @@
 """Where a kernel's parameters live on WebGPU, shared by the emitter and the launcher.
 
-Binding 0 is one uniform block: the grid (three i32 and the block count, u32), then each
+Binding 0 is one uniform block: the grid (three i32, the block count as u32, the block's
+three i32), then each
 array's dimensions and each scalar parameter in kiln's ABI order (`kiln.codegen.kernel_abi`),
 every one a 4-byte field (bool as u32, f16 as f32). Each array is a storage buffer at
 bindings 1, 2, ... in parameter order. The emitter reads this layout from the program
@@ -54,7 +55,10 @@ WGSL_WORDS = _words("""
 """Keywords, words WGSL reserves, and built-in functions a variable must not shadow."""
 
 GRID_FIELDS = (("kiln_grid_x", i32), ("kiln_grid_y", i32), ("kiln_grid_z", i32),
-               ("kiln_blocks", u32))
+               ("kiln_blocks", u32), ("kiln_block_dim_x", i32), ("kiln_block_dim_y", i32),
+               ("kiln_block_dim_z", i32))
+"""The launch's shape. The block shape is also the pipeline's `@workgroup_size` overrides;
+kernels read it from here (naga 29 panics on some uses of override expressions)."""
 UNIFORM_TYPES = {i32: "i32", u32: "u32", f32: "f32", f16: "f32", bool_: "u32"}
 """WGSL type of each scalar type's uniform field."""
 
@@ -101,11 +105,11 @@ SCALAR_FORMATS = {np.dtype(np.int32): "i", np.dtype(np.uint32): "I", np.dtype(np
                   np.dtype(np.float16): "f", np.dtype(np.bool_): "I"}
 
 
-def uniform_bytes(grid: Sequence[int], args: Sequence[Any]) -> bytes:
+def uniform_bytes(grid: Sequence[int], block: Sequence[int], args: Sequence[Any]) -> bytes:
     """The uniform block of one launch from its arguments alone (arrays give their
     dimensions, scalars their values, in parameter order), padded to 16 bytes."""
-    fmt = ["<iiiI"]
-    values: list[Any] = [grid[0], grid[1], grid[2], grid[0] * grid[1] * grid[2]]
+    fmt = ["<iiiIiii"]
+    values: list[Any] = [grid[0], grid[1], grid[2], grid[0] * grid[1] * grid[2], *block]
     for a in args:
         if isinstance(a, DeviceArray):
             fmt.append("i" * len(a.shape))

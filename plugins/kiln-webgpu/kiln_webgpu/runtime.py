@@ -23,7 +23,7 @@ import numpy as np
 
 from kiln import Capabilities, DeviceKind, LaunchError, f32, i32, u32
 from kiln.framework.cache import CompileCache
-from kiln.framework.intrinsics import atomic_capabilities
+from kiln.ir.intrinsics import atomic_capabilities
 
 PRIMARY_BACKENDS = ("Vulkan", "Metal", "DX12")
 ADAPTER_KINDS = {"DiscreteGPU": DeviceKind.GPU, "IntegratedGPU": DeviceKind.GPU,
@@ -182,28 +182,64 @@ def allocate(handle: WebGPUDevice, nbytes: int) -> Any:
     return handle.device.create_buffer(size=size, usage=usage)
 
 
+@dataclass(frozen=True)
+class Region:
+    """A device-array view's memory: `size` bytes of a buffer from `offset` (a multiple of
+    the adapter's storage-buffer offset alignment), bound with that offset."""
+
+    buffer: Any
+    offset: int
+    size: int
+
+
+def parts(buffer: Any) -> tuple[Any, int, int]:
+    """(GPU buffer, byte offset, byte size) of an allocation or a Region."""
+    if isinstance(buffer, Region):
+        return buffer.buffer, buffer.offset, buffer.size
+    return buffer, 0, buffer.size
+
+
+def binding_size(buffer: Any) -> tuple[Any, int, int]:
+    """What a bind group entry names: sizes rounded up to 4 bytes within the buffer."""
+    gpu, offset, size = parts(buffer)
+    return gpu, offset, min(padded(size), gpu.size - offset)
+
+
 def copy_host_to_device(handle: WebGPUDevice, dst: Any, src: np.ndarray) -> None:
-    """`write_buffer` copies the data at once and orders it on the queue."""
+    """`write_buffer` copies the data at once and orders it on the queue (in whole 4-byte
+    words: a partial last word is read back and merged first)."""
     data = np.ascontiguousarray(src).reshape(-1).view(np.uint8)
+    if data.nbytes == 0:
+        return
+    gpu, offset, _ = parts(dst)
     if data.nbytes % 4:
-        data = np.concatenate([data, np.zeros(-data.nbytes % 4, np.uint8)])
-    if data.nbytes:
-        handle.device.queue.write_buffer(dst, 0, data)
+        tail = padded(data.nbytes) - 4
+        word = np.frombuffer(handle.device.queue.read_buffer(gpu, offset + tail, 4), np.uint8)
+        data = np.concatenate([data, word[data.nbytes - tail:]])
+    handle.device.queue.write_buffer(gpu, offset, data)
 
 
 def copy_device_to_host(handle: WebGPUDevice, dst: np.ndarray, src: Any) -> None:
     """Waits for the queue (WebGPU maps buffers asynchronously; kiln reads after this)."""
     if dst.nbytes == 0:
         return
-    data = handle.device.queue.read_buffer(src, 0, padded(dst.nbytes))
+    gpu, offset, _ = parts(src)
+    data = handle.device.queue.read_buffer(gpu, offset, padded(dst.nbytes))
     dst.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8, dst.nbytes)
 
 
 def copy_device_to_device(handle: WebGPUDevice, dst: Any, src: Any, nbytes: int) -> None:
     if nbytes == 0:
         return
+    (source, start, _), (target, at, _) = parts(src), parts(dst)
+    size = min(padded(nbytes), source.size - start, target.size - at)
+    if size % 4:  # a view ending inside the last word: copy through the host
+        host = np.empty(nbytes, np.uint8)
+        copy_device_to_host(handle, host, src)
+        copy_host_to_device(handle, dst, host)
+        return
     encoder = handle.device.create_command_encoder()
-    encoder.copy_buffer_to_buffer(src, 0, dst, 0, min(padded(nbytes), src.size, dst.size))
+    encoder.copy_buffer_to_buffer(source, start, target, at, size)
     handle.device.queue.submit([encoder.finish()])
 
 

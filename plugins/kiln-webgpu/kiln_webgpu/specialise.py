@@ -14,8 +14,9 @@ UnsupportedError at the call.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
-from kiln import ArrayType, MemorySpace, UnsupportedError
+from kiln import ArrayType, DeviceFeatureError, MemorySpace, UnsupportedError
 from kiln.ir import nodes as ir
 from kiln.ir.visit import walk
 
@@ -89,3 +90,32 @@ class _Specialiser:
         self.rewrite_calls(func.body, {global_name(g): g for g in bound})
         self.done.append(func)
         return name
+
+
+INLINED_BODIES = 1024
+"""Function bodies a kernel may expand to once every call is inlined (Vulkan, Metal and
+D3D12 compilers inline every call of a shader): a bounded recursion that calls itself
+twice per level doubles with each level of `max_depth`."""
+
+
+def check_inlined_size(device_name: str) -> Callable[[ir.Program], ir.Program]:
+    """A pass raising DeviceFeatureError when the kernel would inline more than
+    INLINED_BODIES function bodies (WGSL has no recursion: bounded copies stand in)."""
+
+    def check(program: ir.Program) -> ir.Program:
+        sizes: dict[str, int] = {}
+        for func in program.functions:  # callees first
+            sizes[func.name] = 1 + sum(sizes.get(n.func, 1) for n in walk(func.body)
+                                       if isinstance(n, ir.Call))
+        total = 1 + sum(sizes.get(n.func, 1) for n in walk(program.kernel.body)
+                        if isinstance(n, ir.Call))
+        if total > INLINED_BODIES:
+            biggest = max(sizes, key=lambda name: sizes[name])
+            raise DeviceFeatureError(
+                f"recursion this deep is not supported by device '{device_name}' (webgpu): "
+                f"WGSL cannot recurse, so kiln copies '{biggest}' to its max_depth, and every "
+                f"call is inlined by the driver: {total} function bodies (at most "
+                f"{INLINED_BODIES}); lower max_depth", program.kernel.loc)
+        return program
+
+    return check

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kiln import ScalarType
-from kiln.framework.intrinsics import intrinsics
+from kiln import ScalarType, intrinsics
 
 NAMESPACE = "wgsl"
 

@@ -13,7 +13,7 @@ from kiln import f32, i32
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kiln_webgpu"
 PUBLIC = {
-    "kiln", "kiln.codegen", "kiln.framework.intrinsics", "kiln.framework.cache",
+    "kiln", "kiln.codegen", "kiln.ir.intrinsics", "kiln.framework.cache",
     "kiln.framework.buildenv", "kiln.ir", "kiln.ir.nodes", "kiln.ir.types", "kiln.ir.visit",
     "kiln.ir.passes",
 }
