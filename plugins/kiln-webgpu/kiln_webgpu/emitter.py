@@ -81,7 +81,8 @@ class WGSLEmitter(CEmitter):
         self.atomic_arrays = atomic_arrays(program)
         kernel = program.kernel
         self.module_names = NameTable(self.reserved)
-        self.globals = {name: self.module_names.add(name) for name in module_arrays(kernel)}
+        self.globals = {name: self.module_names.add(name)
+                        for name in [*module_arrays(kernel), *program.tables]}
         self.fnames = self.module_names
         for f in program.functions:
             self.module_names.add(f.name)
@@ -121,7 +122,7 @@ class WGSLEmitter(CEmitter):
     def var(self, name: str) -> str:
         if name.startswith(GLOBAL_PREFIX):
             return self.globals[name[len(GLOBAL_PREFIX):]]
-        if self.func.is_kernel and name in self.globals:
+        if name in self.program.tables or (self.func.is_kernel and name in self.globals):
             return self.globals[name]
         return self.names[name]
 
@@ -131,6 +132,8 @@ class WGSLEmitter(CEmitter):
         self.begin_function(func)
         params = []
         for p in func.params:
+            if isinstance(p.type, ArrayType):  # a module-scope array (specialise.py)
+                continue
             inner = self.names.fresh(f"{self.names[p.name]}_in")
             params.append((p, inner))
         signature = ", ".join(f"{inner}: {self.ctype(p.type)}"  # type: ignore[arg-type]
@@ -152,7 +155,8 @@ class WGSLEmitter(CEmitter):
 
     def expr_Call(self, e: ir.Call) -> CExpr:  # noqa: N802
         callee = self.program.function(e.func)
-        args = ", ".join(self.converted(a, p.type) for a, p in zip(e.args, callee.params))
+        args = ", ".join(self.converted(a, p.type) for a, p in zip(e.args, callee.params)
+                         if not isinstance(p.type, ArrayType))
         return CExpr(f"{self.fnames[e.func]}({args})")
 
     def stmt_Return(self, s: ir.Return) -> None:  # noqa: N802
@@ -180,12 +184,23 @@ class WGSLEmitter(CEmitter):
             if isinstance(t, ArrayType) and t.space is MemorySpace.SHARED:
                 elem = self.element_type(name, t.elem)
                 self._out.append(f"var<workgroup> {self.globals[name]}: array<{elem}, {t.size}>;")
+        for name, data in program.tables.items():
+            self._out.append(self.table_declaration(name, data))
         self._out.append("")
         generated = [*self._helpers_used.values(), *self._atomic_helpers.values()]
         for name in _helpers_needed("\n".join([*body, *generated])):
             self._out += [HELPERS[name], ""]
         for text in generated:
             self._out += [text, ""]
+
+    def table_declaration(self, name: str, data: Any) -> str:
+        """A constant table as a module-scope private array with its values (WGSL indexes
+        a `const` array only with constant indices)."""
+        elem = next(t.elem for f in [self.program.kernel, *self.program.functions]
+                    for n, t in f.locals.items() if n == name and isinstance(t, ArrayType))
+        values = ", ".join(self.literal(v.item(), elem).text for v in data.reshape(-1))
+        t = f"array<{self.ctype(elem)}, {data.size}>"
+        return f"var<private> {self.globals[name]}: {t} = {t}({values});"
 
     def element_type(self, array: str, elem: ScalarType) -> str:
         if self.is_atomic(array):
@@ -236,7 +251,8 @@ class WGSLEmitter(CEmitter):
 
     def declare_locals(self, locals_: dict[str, Type]) -> None:
         for name, t in locals_.items():
-            if isinstance(t, ArrayType) and t.space is MemorySpace.SHARED:
+            if isinstance(t, ArrayType) and t.space in (MemorySpace.SHARED,
+                                                        MemorySpace.CONSTANT):
                 continue  # module scope
             self.line(self.declaration(name, t))
 

@@ -4,8 +4,8 @@ pointers to device memory (WGSL cannot pass a storage or workgroup pointer to a 
 Every array a device function can receive is, in the end, a kernel parameter (a storage
 buffer) or a shared array of the kernel (a `var<workgroup>`): both are module-scope
 variables in WGSL, which any function may name. So each function is copied once per
-combination of arrays its calls pass, with its array parameters removed and their uses
-renamed to the module-scope variable (`global_name(...)`); calls pass scalars only. Bounded
+combination of arrays its calls pass, its array parameters renamed to the module-scope
+variable (`global_name(...)`); the emitter declares and passes scalars only. Bounded
 recursion (`bound_recursion`, earlier in the pipeline) has already made every function
 non-recursive, so the copies are finite. A local array passed to a function is an
 UnsupportedError at the call.
@@ -14,6 +14,7 @@ UnsupportedError at the call.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 
 from kiln import ArrayType, DeviceFeatureError, MemorySpace, UnsupportedError
@@ -30,7 +31,9 @@ def global_name(name: str) -> str:
 
 
 def specialise_array_arguments(program: ir.Program) -> ir.Program:
-    """A new program whose device functions take no array parameters."""
+    """A new program whose device functions' array parameters are named after the
+    module-scope array each copy receives (`global_name`); the emitter passes no arrays.
+    Calls keep their array arguments, so kiln still sees which arrays a kernel writes."""
     program = copy.deepcopy(program)
     kernel = program.kernel
     module_arrays = {p.name for p in kernel.params if isinstance(p.type, ArrayType)}
@@ -38,7 +41,7 @@ def specialise_array_arguments(program: ir.Program) -> ir.Program:
                       if isinstance(t, ArrayType) and t.space is MemorySpace.SHARED}
     specialiser = _Specialiser({f.name: f for f in program.functions})
     specialiser.rewrite_calls(kernel.body, {name: name for name in module_arrays})
-    return ir.Program(kernel, specialiser.done, program.checks)
+    return dataclasses.replace(program, functions=specialiser.done)
 
 
 class _Specialiser:
@@ -56,10 +59,8 @@ class _Specialiser:
                 continue
             callee = self.functions[node.func]
             bound: list[str] = []
-            scalars: list[ir.Expr] = []
             for param, arg in zip(callee.params, node.args):
                 if not isinstance(param.type, ArrayType):
-                    scalars.append(arg)
                     continue
                 target = arrays.get(arg.name) if isinstance(arg, ir.Var) else None
                 if target is None:
@@ -69,7 +70,6 @@ class _Specialiser:
                         "gets a local array here", node.loc)
                 bound.append(target)
             node.func = self.copy_for(callee, tuple(bound))
-            node.args = scalars
 
     def copy_for(self, callee: ir.Function, bound: tuple[str, ...]) -> str:
         key = (callee.name, bound)
@@ -83,7 +83,9 @@ class _Specialiser:
         func.name = name
         arrays = [p.name for p in func.params if isinstance(p.type, ArrayType)]
         renamed = dict(zip(arrays, bound))
-        func.params = [p for p in func.params if not isinstance(p.type, ArrayType)]
+        for p in func.params:
+            if p.name in renamed:
+                p.name = global_name(renamed[p.name])
         for node in walk(func.body):
             if isinstance(node, ir.Var) and node.name in renamed:
                 node.name = global_name(renamed[node.name])
