@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from kiln import ArrayType, MemorySpace, ScalarType, bool_, f16, f32, i32, intrinsics, u32
+from kiln import ArrayType, MemorySpace, ScalarType, bool_, f16, f32, i32, u32
 from kiln.codegen import CEmitter, CExpr, NameTable
 from kiln.ir import nodes as ir
 from kiln.ir.types import Type, VoidType
-from kiln.ir.visit import walk
 
+from .atomics import AtomicArrays, atomic_arrays
 from .layout import WGSL_WORDS, ParamLayout
 from .specialise import GLOBAL_PREFIX, global_name
 from .spellings import HELPER_DEPENDENCIES, HELPERS, NAMESPACE, WGSL_HELPERS
@@ -36,15 +36,6 @@ PRIMARY, UNARY = 16, 15
 
 FLOAT_BITS = {f32: ("u32", "0x7fc00000u", "0x7f800000u", "0xff800000u"),
               f16: ("u16", "0x7e00u", "0x7c00u", "0xfc00u")}
-ATOMIC_FUNCTIONS = {"atomic_add": "atomicAdd", "atomic_sub": "atomicSub",
-                    "atomic_min": "atomicMin", "atomic_max": "atomicMax",
-                    "atomic_and": "atomicAnd", "atomic_or": "atomicOr",
-                    "atomic_xor": "atomicXor", "atomic_exch": "atomicExchange"}
-FLOAT_UPDATES = {"atomic_add": "{a} + v", "atomic_min": "min({a}, v)",
-                 "atomic_max": "max({a}, v)"}
-"""Float read-modify-writes done as compare-and-swap loops on the bits."""
-
-
 INDEX_VECTORS = ("thread_idx", "block_idx", "block_dim", "grid_dim")
 
 
@@ -55,7 +46,7 @@ def module_arrays(kernel: ir.Function) -> list[str]:
         if isinstance(t, ArrayType) and t.space is MemorySpace.SHARED]
 
 
-class WGSLEmitter(CEmitter):
+class WGSLEmitter(AtomicArrays, CEmitter):
     """IR -> one WGSL module with one compute entry point."""
 
     namespaces = (NAMESPACE,)
@@ -110,9 +101,6 @@ class WGSLEmitter(CEmitter):
             self.names.add(p.name)
         for name in func.locals:
             self.names.add(name)
-
-    def is_atomic(self, array: str) -> bool:
-        return array.removeprefix(GLOBAL_PREFIX) in self.atomic_arrays
 
     def index_vector(self, kind: str) -> str:
         """`thread_idx`, ... as the kernel's `let` (uniform where WGSL can see it) or, in
@@ -201,11 +189,6 @@ class WGSLEmitter(CEmitter):
         values = ", ".join(self.literal(v.item(), elem).text for v in data.reshape(-1))
         t = f"array<{self.ctype(elem)}, {data.size}>"
         return f"var<private> {self.globals[name]}: {t} = {t}({values});"
-
-    def element_type(self, array: str, elem: ScalarType) -> str:
-        if self.is_atomic(array):
-            return "atomic<u32>" if elem is f32 else f"atomic<{self.ctype(elem)}>"
-        return self.ctype(elem)
 
     # ------------------------------------------------------------ the kernel
 
@@ -298,15 +281,6 @@ class WGSLEmitter(CEmitter):
 
     def param_type(self, name: str) -> Type:
         return next(p.type for p in self.func.params if p.name == name)
-
-    def stmt_Store(self, s: ir.Store) -> None:  # noqa: N802
-        target = self.element(s.array, s.indices)
-        value = self.converted(s.value, s.array.type.elem)  # type: ignore[union-attr]
-        if self.is_atomic(s.array.name):
-            bits = f"bitcast<u32>({value})" if s.array.type.elem is f32 else value  # type: ignore
-            self.line(f"atomicStore(&{target}, {bits});", s.loc)
-        else:
-            self.line(f"{target} = {value};", s.loc)
 
     def for_header(self, s: ir.For, var: str) -> str:
         if isinstance(s.step, ir.Const):
@@ -407,76 +381,12 @@ class WGSLEmitter(CEmitter):
             acc = super().binary("+", super().binary("*", acc, dim), self.expr(indices[axis]))
         return acc.text
 
-    def expr_Load(self, e: ir.Load) -> CExpr:  # noqa: N802
-        element = self.element(e.array, e.indices)
-        if not self.is_atomic(e.array.name):
-            return CExpr(element)
-        if e.array.type.elem is f32:  # type: ignore[union-attr]
-            return CExpr(f"bitcast<f32>(atomicLoad(&{element}))")
-        return CExpr(f"atomicLoad(&{element})")
-
     def expr_ArrayDim(self, e: ir.ArrayDim) -> CExpr:  # noqa: N802
         t = e.array.type
         assert isinstance(t, ArrayType)
         if t.shape is not None:
             return CExpr(f"{t.shape[e.axis]}i")
         return CExpr(self.dims[(e.array.name, e.axis)])
-
-    def expr_IntrinsicCall(self, e: ir.IntrinsicCall) -> CExpr:  # noqa: N802
-        if intrinsics[e.name].category != "atomic":
-            return super().expr_IntrinsicCall(e)
-        array = e.args[0]
-        assert isinstance(array, ir.Var) and isinstance(array.type, ArrayType)
-        nidx = array.type.ndim
-        index = self.linear_index(array, e.args[1:1 + nidx])
-        values = [self.expr(a).text for a in e.args[1 + nidx:]]
-        elem = array.type.elem
-        name = self.var(array.name)
-        if elem is f32 or e.name == "atomic_cas":
-            helper = self.atomic_helper(e.name, name, elem)
-            return CExpr(f"{helper}({', '.join([index, *values])})")
-        return CExpr(f"{ATOMIC_FUNCTIONS[e.name]}(&{name}[{index}], {values[0]})")
-
-    def atomic_helper(self, op: str, array: str, elem: ScalarType) -> str:
-        """A helper doing atomic `op` on `array` (WGSL passes no storage pointers)."""
-        helper = f"kiln_{op}_{array}"
-        if helper in self._atomic_helpers:
-            return helper
-        t = self.ctype(elem)
-        if op == "atomic_cas":  # a strong compare-and-swap from the weak one
-            text = f"""fn {helper}(i: i32, expected: {t}, v: {t}) -> {t} {{
-    var old: {t};
-    loop {{
-        let r = atomicCompareExchangeWeak(&{array}[i], expected, v);
-        old = r.old_value;
-        if (r.exchanged || old != expected) {{ break; }}
-    }}
-    return old;
-}}"""
-        elif op == "atomic_exch":
-            text = f"""fn {helper}(i: i32, v: f32) -> f32 {{
-    return bitcast<f32>(atomicExchange(&{array}[i], bitcast<u32>(v)));
-}}"""
-        else:
-            new = FLOAT_UPDATES[op].format(a="bitcast<f32>(old)")
-            text = f"""fn {helper}(i: i32, v: f32) -> f32 {{
-    var old = atomicLoad(&{array}[i]);
-    loop {{
-        let r = atomicCompareExchangeWeak(&{array}[i], old, bitcast<u32>({new}));
-        if (r.exchanged) {{ break; }}
-        old = r.old_value;
-    }}
-    return bitcast<f32>(old);
-}}"""
-        self._atomic_helpers[helper] = text
-        return helper
-
-
-def atomic_arrays(program: ir.Program) -> set[str]:
-    """Names of the kernel's arrays some atomic operation touches (in any function)."""
-    return {n.args[0].name.removeprefix(GLOBAL_PREFIX)  # type: ignore[attr-defined]
-            for f in [program.kernel, *program.functions] for n in walk(f.body)
-            if isinstance(n, ir.IntrinsicCall) and intrinsics[n.name].category == "atomic"}
 
 
 def _helpers_needed(text: str) -> list[str]:

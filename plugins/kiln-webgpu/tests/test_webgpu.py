@@ -139,3 +139,49 @@ def test_too_many_arrays_is_a_launch_error() -> None:
             many[1, 1](*arrays)
     finally:
         path.unlink()
+
+
+@kiln.kernel
+def scale(x: f32[:], k: f32, flip: kiln.bool_, offset: kiln.u32, n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        x[i] = (-x[i] if flip else x[i]) * k + f32(offset)
+
+
+def test_scalar_parameters_travel_in_the_uniform_block() -> None:
+    device = webgpu_device()
+    x = np.arange(10, dtype=np.float32)
+    d = kiln.to_device(x, device)
+    scale[1, 32](d, np.float32(2.5), True, np.uint32(7), 10)
+    np.testing.assert_array_equal(d.numpy(), -x * np.float32(2.5) + 7)
+
+
+@kiln.kernel
+def bad_native(a: f32[:]):
+    v = a[0]
+    kiln.native(wgsl="{v} = undefined_function({v});")  # error
+    a[0] = v
+
+
+def test_wgsl_errors_name_the_users_line() -> None:
+    device = webgpu_device()
+    with pytest.raises(kiln.BackendCompileError) as info:
+        bad_native[1, 1](kiln.zeros(1, np.float32, device=device))
+    source = Path(__file__).read_text().splitlines()
+    assert info.value.loc is not None and info.value.loc.file == __file__
+    assert source[info.value.loc.line - 1].rstrip().endswith("# error")
+    assert "undefined_function" in info.value.message
+
+
+def test_events_time_launches() -> None:
+    device = webgpu_device()
+    n = 1 << 20
+    a = kiln.to_device(np.ones(n, np.float32), device)
+    c = kiln.zeros(n, np.float32, device=device)
+    start = kiln.Event(device).record()
+    for _ in range(3):
+        vector_add[n // 256, 256](a, a, c, n)
+    end = kiln.Event(device).record()
+    end.synchronize()
+    assert 0 < start.elapsed_time(end) < 60_000
+    np.testing.assert_array_equal(c.numpy(), np.full(n, 2, np.float32))
