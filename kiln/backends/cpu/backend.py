@@ -225,7 +225,8 @@ def _kernel_name(source: str) -> str:
 def _compile(env: BuildEnv, source: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="kiln-cpu-") as tmp:
         out = str(Path(tmp) / "kernel.so")
-        result = subprocess.run(compile_command(env, out), input=source, capture_output=True,
+        result = subprocess.run(compile_command(env, out, toolchain().libraries), input=source,
+                                capture_output=True,
                                 text=True)
         if result.returncode != 0:
             raise compile_error(result.stderr or result.stdout, source, "cpu")

@@ -173,7 +173,7 @@ class CpuLibrary(LibraryTarget):
             sources += [(env, _variant(kernel, e.index, block)) for block in (*blocks, None)]
         objects = [self._compile_object(env, text, work / f"{lib}_{i}", architectures[0], out)
                    for i, (env, text) in enumerate(sources)]
-        link_library(lib, objects, out, ["-fopenmp", "-lm", "-lpthread"],
+        link_library(lib, objects, out, ["-fopenmp", *toolchain().libraries, "-lpthread"],
                      toolchain().env.compiler)
         return {"march": toolchain().arch if architectures[0] == "native" else architectures[0],
                 "block_shapes": [list(b) for b in blocks],

@@ -29,7 +29,14 @@ rounds as written: f16/bf16 results match NumPy on CPUs with native half-precisi
 arithmetic, and f32 ones match NumPy. It costs the 16x16 tiled matmul about 7%."""
 OPTION_FLAGS = {"fastmath": ("-ffast-math", "-ffp-contract=fast")}
 """Kernel options (`@kiln.kernel(fastmath=True)`) that change compiler flags."""
+MATH_LIBRARIES = ("-lm",)
+VECTOR_MATH = ("-Wl,--as-needed", "-lmvec", "-Wl,--no-as-needed")
+"""glibc's vector math library, linked where it exists: under `-ffast-math` gcc vectorises
+math calls in loops into calls of it (`_ZGVdN8v_expf`), which a kernel library must
+resolve when it loads. `--as-needed`: a library that calls none does not depend on it."""
 
+PROBE_VERSION = 2
+"""Bumped when the probe finds more (2: the libraries), so older memos are not read."""
 PROBE_SOURCE = """\
 #include <omp.h>
 #include <stdint.h>
@@ -50,11 +57,13 @@ class Toolchain:
     env: BuildEnv
     arch: str  # e.g. "x86_64-znver3-1a2b3c4d": machine, -march=native target, ISA macros
     fp16: bool
+    libraries: tuple[str, ...] = MATH_LIBRARIES  # linked after the source
 
 
-def compile_command(env: BuildEnv, output: str) -> list[str]:
-    """Compile C source from stdin into a shared library (stdin keeps output deterministic)."""
-    return [*env.compiler, *env.command_args(), "-x", "c", "-", "-o", output]
+def compile_command(env: BuildEnv, output: str, libraries: tuple[str, ...] = ()) -> list[str]:
+    """Compile C source from stdin into a shared library (stdin keeps output deterministic),
+    linking `libraries` after it."""
+    return [*env.compiler, *env.command_args(), "-x", "c", "-", "-o", output, *libraries]
 
 
 def _user_flags() -> tuple[str, ...]:
@@ -63,13 +72,15 @@ def _user_flags() -> tuple[str, ...]:
 
 def _memo_path(compiler: tuple[str, ...], flags: tuple[str, ...]) -> Path:
     st = os.stat(compiler[0])
-    ident = json.dumps([compiler, st.st_size, st.st_mtime_ns, flags, platform.machine()])
+    ident = json.dumps([compiler, st.st_size, st.st_mtime_ns, flags, platform.machine(),
+                        PROBE_VERSION])
     return cache_root() / "toolchain" / f"{hashlib.sha256(ident.encode()).hexdigest()[:32]}.json"
 
 
-def _build(env: BuildEnv, source: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def _build(env: BuildEnv, source: str, extra: tuple[str, ...] = (),
+           libraries: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory(prefix="kiln-probe-") as tmp:
-        cmd = compile_command(env.with_flags(*extra), str(Path(tmp) / "probe.so"))
+        cmd = compile_command(env.with_flags(*extra), str(Path(tmp) / "probe.so"), libraries)
         return subprocess.run(cmd, input=source, capture_output=True, text=True, timeout=120)
 
 
@@ -98,7 +109,10 @@ def _probe(compiler: tuple[str, ...], flags: tuple[str, ...]) -> dict:
         reason = log[-1] if log else f"exit status {result.returncode}"
         return {"error": f"'{compiler[0]}' cannot build OpenMP shared libraries: {reason}"}
     fp16 = _build(env, PROBE_SOURCE, ("-DKILN_PROBE_F16",)).returncode == 0
-    return {"version": version, "arch": _march(env), "fp16": fp16}
+    libraries = list(MATH_LIBRARIES)
+    if _build(env, PROBE_SOURCE, libraries=(*MATH_LIBRARIES, *VECTOR_MATH)).returncode == 0:
+        libraries += VECTOR_MATH
+    return {"version": version, "arch": _march(env), "fp16": fp16, "libraries": libraries}
 
 
 @cache
@@ -122,4 +136,4 @@ def toolchain() -> Toolchain:
     if "error" in found:
         raise ToolNotFoundError(found["error"])
     env = BuildEnv("cpu", compiler, found["version"], flags)
-    return Toolchain(env, found["arch"], bool(found["fp16"]))
+    return Toolchain(env, found["arch"], bool(found["fp16"]), tuple(found["libraries"]))
