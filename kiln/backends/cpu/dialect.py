@@ -27,6 +27,7 @@ from ...ir.passes import InternalError
 from ...ir.types import ArrayType, i32, i64
 from ...ir.visit import walk
 from .atomics import ATOMIC_HELPERS
+from .vmath import VMATH_HELPERS
 
 AXES = "xyz"
 LAUNCH_DIMS = [f"kiln_grid_dim_{a}" for a in AXES]
@@ -101,7 +102,8 @@ class CpuEmitter(CEmitter):
     namespaces = ("cpu", "c")
     prologue = PROLOGUE
     function_qualifier = "static inline"
-    helpers: ClassVar[dict[str, HelperTemplate]] = {**C_HELPERS, **ATOMIC_HELPERS}
+    helpers: ClassVar[dict[str, HelperTemplate]] = {**C_HELPERS, **ATOMIC_HELPERS,
+                                                     **VMATH_HELPERS}
 
     def begin_function(self, func: ir.Function) -> None:
         super().begin_function(func)

@@ -22,8 +22,12 @@ from ...framework.buildenv import BuildEnv, ToolNotFoundError, command_version, 
 from ...framework.cache import cache_root
 
 BASE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared")
-EXTRA_FLAGS = ("-fno-math-errno", "-ffp-contract=off", "-fno-diagnostics-show-caret", "-w")
+EXTRA_FLAGS = ("-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
+               "-fno-diagnostics-show-caret", "-w")
 """`-fno-math-errno` lets sqrt and friends vectorise (kiln never reads errno).
+`-fno-trapping-math`: kiln never reads floating-point exception flags, so gcc may compute
+both sides of a float select (`x < lo ? lo : x`) and vectorise it; values are unchanged
+(kiln's own `exp`/`log` helpers only vectorise so).
 `-ffp-contract=off`: no fused multiply-add unless asked (as on OpenCL), so every operation
 rounds as written: f16/bf16 results match NumPy on CPUs with native half-precision
 arithmetic, and f32 ones match NumPy. It costs the 16x16 tiled matmul about 7%."""
