@@ -3,7 +3,8 @@
 vector_add and reduce (2^24 f32) in GB/s against NumPy and Numba `parallel=True`; the
 16x16 shared-memory tiled matmul (1024^2 f32) in GFLOP/s: kiln's SIMT kernel, Numba's i-k-j
 loops and the same tiled algorithm in Numba (when numba is installed), NumPy's BLAS as the
-roof; a 5-point 2-D stencil and mandelbrot against NumPy; then the cold compile time of a
+roof; a row softmax (4096x1024 f32) against NumPy and a plain Numba `prange` loop; a
+5-point 2-D stencil and mandelbrot against NumPy; then the cold compile time of a
 small kernel and its load time from the disk cache. Medians of timed runs after a warm-up;
 ratios are reference time / kiln time (above 1: kiln is faster).
 
@@ -33,7 +34,15 @@ from common import (
 
 import kiln
 from kiln import f32
-from kiln.examples import BLOCK, TILE, block_sum, mandelbrot, matmul_tiled_square, vector_add
+from kiln.examples import (
+    BLOCK,
+    TILE,
+    block_sum,
+    mandelbrot,
+    matmul_tiled_square,
+    softmax_rows,
+    vector_add,
+)
 
 
 @kiln.kernel
@@ -63,11 +72,13 @@ def numpy_mandelbrot(h: int, w: int, max_iter: int) -> np.ndarray:
 
 
 def numba_references() -> dict[str, Callable[..., object]]:
-    """Numba `parallel=True` versions (empty without numba): vector_add, sum, the i-k-j
-    matmul loops and the same 16x16 tiled matmul as the kiln kernel."""
+    """Numba `parallel=True` versions (empty without numba, which is then said): vector_add,
+    sum, the i-k-j matmul loops, the same 16x16 tiled matmul as the kiln kernel and a row
+    softmax."""
     try:
         import numba
     except ImportError:
+        print("numba is not installed: its columns are left out (pip install numba)")
         return {}
 
     @numba.njit(parallel=True, fastmath=False)
@@ -92,7 +103,29 @@ def numba_references() -> dict[str, Callable[..., object]]:
                 for j in range(n):
                     c[i, j] += aik * b[k, j]
 
-    return {"add": add, "sum": total, "ikj": ikj, "tiled": numba_tiled_matmul(numba)}
+    @numba.njit(parallel=True, fastmath=False)
+    def softmax(x, y):  # pragma: no cover - compiled by numba
+        for i in numba.prange(x.shape[0]):
+            top = x[i, 0]
+            for j in range(x.shape[1]):
+                top = max(top, x[i, j])
+            total = np.float32(0)
+            for j in range(x.shape[1]):
+                e = np.exp(x[i, j] - top)
+                y[i, j] = e
+                total += e
+            for j in range(x.shape[1]):
+                y[i, j] /= total
+
+    return {"add": add, "sum": total, "ikj": ikj, "tiled": numba_tiled_matmul(numba),
+            "softmax": softmax}
+
+
+def numpy_softmax(x: np.ndarray, y: np.ndarray) -> None:
+    """Row softmax in NumPy, into `y`."""
+    np.subtract(x, x.max(axis=1, keepdims=True), out=y)
+    np.exp(y, out=y)
+    y /= y.sum(axis=1, keepdims=True)
 
 
 def numba_tiled_matmul(numba) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
@@ -218,6 +251,23 @@ def main() -> int:
     for name in ("ikj", "tiled") if numba_refs else ():
         refs[f"numba-{name}"] = median_ms(lambda f=numba_refs[name]: f(am, bm, cm), repeat)
     row("matmul tiled 16x16", ms, "GFLOP/s", 2 * m**3 / 1e9, refs)
+
+    rows, cols = (1024, 1024) if args.quick else (4096, 1024)
+    xs = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
+    ys = np.empty_like(xs)
+    dxs, dys = kiln.to_device(xs, dev), kiln.to_device(ys, dev)
+
+    def run_softmax() -> None:
+        softmax_rows[rows, BLOCK](dxs, dys)
+        dev.synchronize()
+
+    ms = median_ms(run_softmax, repeat)
+    numpy_softmax(xs, ys)
+    assert np.allclose(dys.numpy(), ys, rtol=1e-5, atol=1e-9)
+    refs = {"numpy": median_ms(lambda: numpy_softmax(xs, ys), repeat)}
+    if numba_refs:
+        refs["numba-prange"] = median_ms(lambda: numba_refs["softmax"](xs, ys), repeat)
+    row(f"softmax {rows}x{cols}", ms, "GB/s", 8 * rows * cols / 1e9, refs)
 
     s = 1024 if args.quick else 2048
     u = rng.random((s, s), np.float32)

@@ -13,6 +13,9 @@ the tests and the conformance suite.
   a loop whose trip count differs from thread to thread.
 - `julia`: escape-time counts of z -> z^2 + c over [-1.6, 1.6] x [-1.2, 1.2], one thread
   per pixel, a `while` loop that ends at a different iteration in each thread.
+- `softmax_rows`: y = exp(x - max) / sum per row of a 2-d array, one block of `BLOCK`
+  threads per row (each thread strides over the row; shared-memory trees for the maximum
+  and the sum). NaNs in a row are not propagated by its maximum.
 """
 
 from __future__ import annotations
@@ -145,3 +148,48 @@ def julia(out: i32[:, :], cr: f32, ci: f32, max_iter: i32):
             zr, zi = zr * zr - zi * zi + cr, 2.0 * zr * zi + ci
             it += 1
         out[y, x] = it
+
+
+
+@kiln.kernel
+def softmax_rows(x: f32[:, :], y: f32[:, :]):
+    s = kiln.shared(f32, 256)
+    row = kiln.block_idx.x
+    t = kiln.thread_idx.x
+    n = x.shape[1]
+    top = x[row, 0]
+    j = t
+    while j < n:  # this thread's part of the row's maximum
+        v = x[row, j]
+        top = v if v > top else top
+        j += kiln.block_dim.x
+    s[t] = top
+    kiln.barrier()
+    k = kiln.block_dim.x // 2
+    while k > 0:
+        if t < k and s[t + k] > s[t]:
+            s[t] = s[t + k]
+        kiln.barrier()
+        k //= 2
+    top = s[0]
+    kiln.barrier()
+    total = f32(0)
+    j = t
+    while j < n:
+        e = kiln.exp(x[row, j] - top)
+        y[row, j] = e
+        total += e
+        j += kiln.block_dim.x
+    s[t] = total
+    kiln.barrier()
+    k = kiln.block_dim.x // 2
+    while k > 0:
+        if t < k:
+            s[t] += s[t + k]
+        kiln.barrier()
+        k //= 2
+    total = s[0]
+    j = t
+    while j < n:
+        y[row, j] = y[row, j] / total
+        j += kiln.block_dim.x

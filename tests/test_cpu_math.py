@@ -1,5 +1,5 @@
 """The cpu backend's math: its own vectorisable f32 exp/log (accuracy against float64
-NumPy, specials) and fastmath kernels that vectorise libm calls
+NumPy, specials), the softmax example, and fastmath kernels that vectorise libm calls
 into glibc's vector math library (they must load)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from conftest import backend_entry
 
 import kiln
 from kiln import f32, f64
+from kiln.examples import BLOCK, softmax_rows
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +61,16 @@ def test_exp_and_log_specials(cpu: kiln.Device) -> None:
     with np.errstate(all="ignore"):
         np.testing.assert_allclose(e.numpy(), np.exp(x), rtol=2.4e-7)  # within 1 ulp
         np.testing.assert_allclose(g.numpy(), np.log(x), rtol=2.4e-7)
+
+
+@pytest.mark.parametrize("rows, cols", [(64, 1024), (7, 300)])
+def test_softmax_rows_matches_numpy(cpu: kiln.Device, rows: int, cols: int) -> None:
+    x = (np.random.default_rng(rows).standard_normal((rows, cols)) * 4).astype(np.float32)
+    y = kiln.to_device(np.zeros_like(x), cpu)
+    softmax_rows[rows, BLOCK](kiln.to_device(x, cpu), y)
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y.numpy(), e / e.sum(axis=1, keepdims=True), rtol=1e-5,
+                               atol=1e-9)
 
 
 @kiln.kernel(fastmath=True)
