@@ -55,7 +55,7 @@ def test_block_shapes_get_their_own_binaries(cpu: kiln.Device) -> None:
     a, b = np.ones(n, np.float32), np.full(n, 2, np.float32)
     for block in (32, 64, 128):
         c = np.zeros(n, np.float32)
-        vector_add[(n + block - 1) // block, block](a, b, c, n)
+        kiln.launch(vector_add, (n + block - 1) // block, block, (a, b, c, n), device=cpu)
         np.testing.assert_array_equal(c, 3)
     routine = vector_add.compile(cpu).routine
     assert {(32, 1, 1), (64, 1, 1), (128, 1, 1)} <= set(routine.binaries)
@@ -399,10 +399,11 @@ print(int(x[0]), kiln.device('cpu').capabilities.compute_units, os.environ["OMP_
         code = f"import runpy, sys; sys.argv.append({mode!r}); runpy.run_path({str(script)!r})"
         return run_python(code, env)
 
-    result = run("unset", {"KILN_NUM_THREADS": "1"})
+    result = run("unset", {"KILN_NUM_THREADS": "1", "KILN_BACKEND": "cpu"})
     assert result.returncode == 0, result.stderr
     # idle OpenMP workers sleep (spinning ones starve Python on a loaded machine) ...
     assert result.stdout.split() == [str(2**32 - 1), "1", "PASSIVE"]
-    result = run("set", {"OMP_WAIT_POLICY": "active"})  # ... unless the user chose
+    # ... unless the user chose
+    result = run("set", {"OMP_WAIT_POLICY": "active", "KILN_BACKEND": "cpu"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[2] == "active"

@@ -254,6 +254,12 @@ def uses_print(a: f32[:]):
 
 
 @kiln.kernel
+def prints_five_bools(a: f32[:]):
+    x = a[0]
+    print(x > 0, x > 1, x > 2, x > 3, x > 4)  # error
+
+
+@kiln.kernel
 def while_else(a: f32[:]):
     i = 0
     while i < 4:
@@ -410,6 +416,7 @@ KERNEL_ERRORS = [
     (dict_literal, kiln.UnsupportedError, "dicts"),
     (string_value, kiln.UnsupportedError, "strings"),
     (uses_print, kiln.UnsupportedError, "print(...) is a statement of its own"),
+    (prints_five_bools, kiln.UnsupportedError, "at most 4 bools per call"),
     (while_else, kiln.UnsupportedError, "`while ... else`"),
     (uses_slice, kiln.KernelTypeError, "a[1:3] is a view of 'a', not a value"),
     (uses_match, kiln.KernelTypeError, "match takes a variant"),

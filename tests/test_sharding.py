@@ -77,7 +77,7 @@ def test_split_errors():
             cpu.split(2)[0].split(2)
 
 
-@pytest.mark.parametrize("target", ["cpu", "interp", "opencl"])
+@pytest.mark.parametrize("target", ["cpu", "interp", "opencl", "cuda"])
 def test_to_copies_between_devices(parts, target):
     entry = backend_entry(target)
     if not entry.available:
@@ -143,8 +143,12 @@ def test_sharded_2d_rows_know_their_start(parts):
     assert np.array_equal(out.gather(), m * np.arange(37, dtype=np.float32)[:, None])
 
 
-def test_mixed_backends_shard_like_one_device(parts):
-    devices = [parts[0], "interp"]
+@pytest.mark.parametrize("other", ["interp", "opencl", "cuda"])
+def test_mixed_backends_shard_like_one_device(parts, other):
+    entry = backend_entry(other)
+    if not entry.available:
+        pytest.skip(f"no {other} device here: {entry.reason}")
+    devices = [parts[0], other]
     n = 3001
     x = np.random.default_rng(7).random(n).astype(np.float32)
     a, b = kiln.shard(x, devices, halo=1), kiln.shard_empty(n, f32, devices, halo=1)

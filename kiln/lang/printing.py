@@ -61,6 +61,9 @@ def build_print(builder: FunctionBuilder, call: ast.Call) -> list[ir.Stmt]:
         variables.append(ir.Var(t, name, loc=value.loc))
         pieces.append((kind, f"p{len(variables) - 1}"))
     pieces.append(("text", end))
+    if sum(kind == "bool" for kind, _ in pieces) > MAX_BOOLS:
+        raise UnsupportedError(f"print in kernels takes at most {MAX_BOOLS} bools per call "
+                               "(split the call, or print int(b))", loc)
     code: dict[str, object] = {lang: printf(pieces, lang) for lang in ("c", "cuda", "opencl")}
     code["python"] = PrintLines(pieces)
     names = [f"p{k}" for k in range(len(variables))]
@@ -82,19 +85,30 @@ def _kind(t: Type, loc: ir.Loc | None) -> tuple[str, ScalarType]:
     return ("uint", u32) if t.kind == "u" else ("int", i32)
 
 
-_C_FORMATS = {"int": ("%d", "{v}"), "uint": ("%u", "{v}"), "float": ("%g", "{v}"),
-              "bool": ("%s", '({v} ? "True" : "False")')}
+_C_FORMATS = {"int": ("%d", "{v}"), "uint": ("%u", "{v}"), "float": ("%g", "{v}")}
 _C_LONG = {"long": ("%lld", "(long long){v}"), "ulong": ("%llu", "(unsigned long long){v}")}
 _OPENCL_LONG = {"long": ("%ld", "{v}"), "ulong": ("%lu", "{v}")}
+MAX_BOOLS = 4
+"""Bools per print: each doubles the printf calls (see `printf`)."""
 
 
-def printf(pieces: list[Piece], language: str) -> str:
-    """One printf call (then a flush of C's stdout on the cpu backend)."""
+def printf(pieces: list[Piece], language: str, chosen: dict[str, bool] | None = None) -> str:
+    """One printf call per line (then a flush of C's stdout on the cpu backend). A bool
+    picks between calls whose formats spell True or False: OpenCL's printf takes only
+    literal strings for %s, so `%s` of `b ? "True" : "False"` cannot be used."""
+    chosen = chosen or {}
+    open_bool = next((v for k, v in pieces if k == "bool" and v not in chosen), None)
+    if open_bool is not None:
+        yes = printf(pieces, language, {**chosen, open_bool: True})
+        no = printf(pieces, language, {**chosen, open_bool: False})
+        return f"if ({{{open_bool}}}) {{ {yes} }} else {{ {no} }}"
     formats = {**_C_FORMATS, **(_OPENCL_LONG if language == "opencl" else _C_LONG)}
     fmt, args = [], []
     for kind, value in pieces:
         if kind == "text":
             fmt.append(_c_text(value))
+        elif kind == "bool":
+            fmt.append(str(chosen[value]))
         else:
             spec, arg = formats[kind]
             fmt.append(spec)

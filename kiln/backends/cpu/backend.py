@@ -158,7 +158,10 @@ class CpuBackend(HostMemoryMixin, JITBackend):
         return [(share, replace(device.capabilities, compute_units=share)) for share in shares]
 
     def create_stream(self, device: Device) -> HostStream:
-        return HostStream(f"kiln-{device.name}", threads=device.handle)
+        """A part of a split device runs on its share of the threads; the whole device on
+        KILN_NUM_THREADS or every core, read at each launch."""
+        threads = device.handle if device.part is not None else None
+        return HostStream(f"kiln-{device.name}", threads=threads)
 
     def pipeline(self, device: Any) -> Sequence[Pass]:
         """The shared pipeline (with the device feature check: f16 needs gcc's _Float16;
