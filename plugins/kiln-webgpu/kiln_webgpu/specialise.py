@@ -65,9 +65,10 @@ class _Specialiser:
                 target = arrays.get(arg.name) if isinstance(arg, ir.Var) else None
                 if target is None:
                     raise UnsupportedError(
-                        "the webgpu backend passes only kernel parameters and shared arrays "
-                        f"to device functions (WGSL has no pointers to them); '{callee.name}' "
-                        "gets a local array here", node.loc)
+                        "the webgpu backend passes only the kernel's array parameters and "
+                        f"shared arrays to device functions; '{callee.name}' gets a local "
+                        "array here (copy it into a shared array, or make the function take "
+                        "its elements)", node.loc)
                 bound.append(target)
             node.func = self.copy_for(callee, tuple(bound))
 

@@ -185,3 +185,24 @@ def test_events_time_launches() -> None:
     end.synchronize()
     assert 0 < start.elapsed_time(end) < 60_000
     np.testing.assert_array_equal(c.numpy(), np.full(n, 2, np.float32))
+
+
+@kiln.func
+def first_of(a: f32[:]) -> f32:
+    return a[0]
+
+
+@kiln.kernel
+def local_to_function(b: f32[:]):
+    loc = kiln.local(f32, 4)
+    loc[0] = 3.0
+    b[0] = first_of(loc)  # error
+
+
+def test_a_local_array_passed_to_a_function_is_a_clear_error() -> None:
+    device = webgpu_device()
+    with pytest.raises(kiln.UnsupportedError, match="'first_of' gets a local array") as info:
+        local_to_function[1, 1](kiln.zeros(1, np.float32, device=device))
+    assert info.value.loc is not None
+    line = Path(__file__).read_text().splitlines()[info.value.loc.line - 1]
+    assert line.rstrip().endswith("# error")
