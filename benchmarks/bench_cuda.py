@@ -386,7 +386,7 @@ def _triton_add(gbs: float, n: int, repeat: int) -> float:
     import triton.language as tl
 
     @triton.jit
-    def add_kernel(x, y, out, n, BLOCK_SIZE: tl.constexpr):  # noqa: N803
+    def add_kernel(x, y, out, n, BLOCK_SIZE: tl.constexpr):
         offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
         mask = offs < n
         tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask),
@@ -407,7 +407,7 @@ def _triton_sum(gbs: float, n: int, repeat: int) -> float:
     import triton.language as tl
 
     @triton.jit
-    def sum_kernel(x, out, n, BLOCK_SIZE: tl.constexpr):  # noqa: N803
+    def sum_kernel(x, out, n, BLOCK_SIZE: tl.constexpr):
         offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
         tl.atomic_add(out, tl.sum(tl.load(x + offs, mask=offs < n, other=0.0), axis=0))
 
@@ -481,7 +481,7 @@ def _triton_matmul(flops: float, a: Any, b: Any, repeat: int) -> float:
     import triton.language as tl
 
     @triton.jit
-    def mm(a, b, c, n, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):  # noqa: N803
+    def mm(a, b, c, n, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
         pm, pn = tl.program_id(0), tl.program_id(1)
         rm = pm * BM + tl.arange(0, BM)
         rn = pn * BN + tl.arange(0, BN)

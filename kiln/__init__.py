@@ -138,14 +138,16 @@ atan2 = _b.intrinsic_object("atan2")
 sinh = _b.intrinsic_object("sinh")
 cosh = _b.intrinsic_object("cosh")
 tanh = _b.intrinsic_object("tanh")
-pow = _b.intrinsic_object("pow")  # noqa: A001 - kernel builtin
-abs = _b.intrinsic_object("abs")  # noqa: A001
+# pow, abs, round, min and max shadow the Python builtins here on purpose: kernels spell
+# them kiln.pow(...) as NumPy users expect.
+pow = _b.intrinsic_object("pow")
+abs = _b.intrinsic_object("abs")
 floor = _b.intrinsic_object("floor")
 ceil = _b.intrinsic_object("ceil")
 trunc = _b.intrinsic_object("trunc")
-round = _b.intrinsic_object("round")  # noqa: A001
-min = _b.intrinsic_object("min")  # noqa: A001
-max = _b.intrinsic_object("max")  # noqa: A001
+round = _b.intrinsic_object("round")
+min = _b.intrinsic_object("min")
+max = _b.intrinsic_object("max")
 fma = _b.intrinsic_object("fma")
 erf = _b.intrinsic_object("erf")
 isnan = _b.intrinsic_object("isnan")

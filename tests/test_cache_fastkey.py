@@ -85,7 +85,7 @@ class Project:
         module = types.ModuleType(name)
         module.__file__ = str(path)
         self.monkeypatch.setitem(sys.modules, name, module)
-        exec(compile(path.read_text(), str(path), "exec"), module.__dict__)  # noqa: S102
+        exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
         return module
 
     def run(self, module: types.ModuleType, device: str = "cpu") -> np.ndarray:
@@ -297,7 +297,7 @@ def test_string_annotations_and_closures_are_fingerprinted(tmp_path: Path) -> No
     path.write_text("import kiln\n\n\ndef make(c):\n    @kiln.kernel\n"
                     "    def k(x: 'kiln.f32[:]'):\n        x[0] = c\n    return k\n")
     module = types.ModuleType("fk_closure")
-    exec(compile(path.read_text(), str(path), "exec"), module.__dict__)  # noqa: S102
+    exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
     assert fingerprint(module.make(1.0)) != fingerprint(module.make(2.0))
     assert fingerprint(module.make(1.0)) == fingerprint(module.make(1.0))
 

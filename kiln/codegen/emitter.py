@@ -364,16 +364,16 @@ class CEmitter:
     def stmt(self, s: ir.Stmt) -> None:
         self._dispatch(s, "stmt")
 
-    def stmt_Assign(self, s: ir.Assign) -> None:  # noqa: N802 - dispatched by class name
+    def stmt_Assign(self, s: ir.Assign) -> None:
         self.line(f"{self.var(s.target)} = {self.expr(s.value).text};", s.loc)
 
-    def stmt_Store(self, s: ir.Store) -> None:  # noqa: N802
+    def stmt_Store(self, s: ir.Store) -> None:
         self.line(f"{self.element(s.array, s.indices)} = {self.expr(s.value).text};", s.loc)
 
-    def stmt_ExprStmt(self, s: ir.ExprStmt) -> None:  # noqa: N802
+    def stmt_ExprStmt(self, s: ir.ExprStmt) -> None:
         self.line(f"{self.expr(s.expr).text};", s.loc)
 
-    def stmt_If(self, s: ir.If) -> None:  # noqa: N802
+    def stmt_If(self, s: ir.If) -> None:
         with self.indented(f"if ({self.expr(s.cond).text}) {{", closer="", loc=s.loc):
             self.block(s.then)
         rest = s.orelse
@@ -388,7 +388,7 @@ class CEmitter:
                 self.block(rest)
         self.line("}")
 
-    def stmt_While(self, s: ir.While) -> None:  # noqa: N802
+    def stmt_While(self, s: ir.While) -> None:
         with self.indented(f"while ({self.expr(s.cond).text}) {{", loc=s.loc):
             self.block(s.body)
 
@@ -406,7 +406,7 @@ class CEmitter:
             inc = f"{var} += {st}"
         return f"for ({var} = {start}; {test}; {inc})"
 
-    def stmt_For(self, s: ir.For) -> None:  # noqa: N802
+    def stmt_For(self, s: ir.For) -> None:
         loc = s.loc
         if s.unroll is not None:  # the pragma goes right before the loop, no #line between
             self.line(self.unroll_pragma.format(n=s.unroll), loc)
@@ -414,13 +414,13 @@ class CEmitter:
         with self.indented(self.for_header(s, self.var(s.var)) + " {", loc=loc):
             self.block(s.body)
 
-    def stmt_Break(self, s: ir.Break) -> None:  # noqa: N802
+    def stmt_Break(self, s: ir.Break) -> None:
         self.line("break;", s.loc)
 
-    def stmt_Continue(self, s: ir.Continue) -> None:  # noqa: N802
+    def stmt_Continue(self, s: ir.Continue) -> None:
         self.line("continue;", s.loc)
 
-    def stmt_Native(self, s: ir.Native) -> None:  # noqa: N802
+    def stmt_Native(self, s: ir.Native) -> None:
         """Hand-written code, `{name}` replaced by the variable's C name, line by line."""
         code = native_code(s, self.native_language, f"the {self.namespaces[0]} backend")
         assert isinstance(code, str)
@@ -433,11 +433,11 @@ class CEmitter:
         for i, text in enumerate(PLACEHOLDER.sub(name, code).strip("\n").split("\n")):
             self.line(text, s.loc if i == 0 else None)
 
-    def stmt_VectorAccess(self, s: ir.VectorAccess) -> None:  # noqa: N802
+    def stmt_VectorAccess(self, s: ir.VectorAccess) -> None:
         """A hint; dialects with vector types handle it (`kiln.codegen.vectors`)."""
         self.block(s.body)
 
-    def stmt_Return(self, s: ir.Return) -> None:  # noqa: N802
+    def stmt_Return(self, s: ir.Return) -> None:
         value = "" if s.value is None else " " + self.expr(s.value).text
         self.line(f"return{value};", s.loc)
 
@@ -472,16 +472,16 @@ class CEmitter:
             return CExpr(f"(-{-v - 1}{suffix} - 1)", PRIMARY)
         return CExpr(f"{v}{suffix}", UNARY if v < 0 else PRIMARY)
 
-    def expr_Const(self, e: ir.Const) -> CExpr:  # noqa: N802
+    def expr_Const(self, e: ir.Const) -> CExpr:
         return self.literal(e.value, e.type)  # type: ignore[arg-type]
 
-    def expr_Var(self, e: ir.Var) -> CExpr:  # noqa: N802
+    def expr_Var(self, e: ir.Var) -> CExpr:
         return CExpr(self.var(e.name))
 
     def cast(self, text: CExpr, t: ScalarType) -> CExpr:
         return CExpr(f"({self.ctype(t)}){text.wrap(UNARY)}", UNARY)
 
-    def expr_Cast(self, e: ir.Cast) -> CExpr:  # noqa: N802
+    def expr_Cast(self, e: ir.Cast) -> CExpr:
         inner, src = self.expr(e.value), e.value.type
         if src == e.type:
             return inner
@@ -509,7 +509,7 @@ class CEmitter:
             lp, rp = prec, prec + 1
         return CExpr(f"{left.wrap(lp)} {op} {right.wrap(rp)}", prec)
 
-    def expr_BinOp(self, e: ir.BinOp) -> CExpr:  # noqa: N802
+    def expr_BinOp(self, e: ir.BinOp) -> CExpr:
         t = e.type
         assert isinstance(t, ScalarType)
         if t is f16 and self.half_math_via_float and e.op in ("//", "%", "**"):
@@ -546,7 +546,7 @@ class CEmitter:
         kind = "floordiv" if op == "//" else "floormod"
         return CExpr(f"{self.use_helper(kind, t)}({left.text}, {right.text})")
 
-    def expr_UnaryOp(self, e: ir.UnaryOp) -> CExpr:  # noqa: N802
+    def expr_UnaryOp(self, e: ir.UnaryOp) -> CExpr:
         op = {"not": "!"}.get(e.op, e.op)
         inner = self.expr(e.operand)
         text = inner.wrap(UNARY)
@@ -556,16 +556,16 @@ class CEmitter:
             return self.cast(CExpr(f"{op}{text}", UNARY), f16)
         return CExpr(f"{op}{text}", UNARY)
 
-    def expr_Compare(self, e: ir.Compare) -> CExpr:  # noqa: N802
+    def expr_Compare(self, e: ir.Compare) -> CExpr:
         return self.binary(e.op, self.expr(e.left), self.expr(e.right))
 
-    def expr_BoolOp(self, e: ir.BoolOp) -> CExpr:  # noqa: N802
+    def expr_BoolOp(self, e: ir.BoolOp) -> CExpr:
         op = "&&" if e.op == "and" else "||"
         prec = BINARY_PREC[op]
         parts = [self.expr(v).wrap(prec + 1) for v in e.values]
         return CExpr(f" {op} ".join(parts), prec)
 
-    def expr_Select(self, e: ir.Select) -> CExpr:  # noqa: N802
+    def expr_Select(self, e: ir.Select) -> CExpr:
         c, a, b = self.expr(e.cond), self.expr(e.if_true), self.expr(e.if_false)
         return CExpr(f"{c.wrap(TERNARY + 1)} ? {a.wrap(TERNARY + 1)} : {b.wrap(TERNARY)}",
                      TERNARY)
@@ -593,10 +593,10 @@ class CEmitter:
         """The lvalue of one array element."""
         return f"{self.var(array.name)}[{self.linear_index(array, indices)}]"
 
-    def expr_Load(self, e: ir.Load) -> CExpr:  # noqa: N802
+    def expr_Load(self, e: ir.Load) -> CExpr:
         return CExpr(self.element(e.array, e.indices))
 
-    def expr_ArrayDim(self, e: ir.ArrayDim) -> CExpr:  # noqa: N802
+    def expr_ArrayDim(self, e: ir.ArrayDim) -> CExpr:
         t = e.array.type
         assert isinstance(t, ArrayType)
         if t.shape is not None:
@@ -615,10 +615,10 @@ class CEmitter:
                 out.append(self.expr(a).text)
         return out
 
-    def expr_Call(self, e: ir.Call) -> CExpr:  # noqa: N802
+    def expr_Call(self, e: ir.Call) -> CExpr:
         return CExpr(f"{self.fnames[e.func]}({', '.join(self.call_args(e.args))})")
 
-    def expr_IntrinsicCall(self, e: ir.IntrinsicCall) -> CExpr:  # noqa: N802
+    def expr_IntrinsicCall(self, e: ir.IntrinsicCall) -> CExpr:
         spec = intrinsics[e.name]
         if spec.category == "atomic":
             array = e.args[0]

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 CaseFunction = Callable[["Device"], None]
 
 
-class Skipped(Exception):  # noqa: N818 - reads as an outcome: `raise Skipped(reason)`
+class Skipped(Exception):
     """Raised by a case that cannot run on a device; the message says why."""
 
 

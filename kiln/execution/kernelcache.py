@@ -81,7 +81,7 @@ class KernelKey:
             logger.info("%s: not in the kernel cache (kernel key %.12s)", self.label, self.key)
             return None
         try:
-            found = pickle.loads(entry.payload)  # noqa: S301 - kiln's own cache directory
+            found = pickle.loads(entry.payload)
             if not isinstance(found, CachedKernel):
                 raise TypeError(f"a {type(found).__name__}, not a cached kernel")
             found = dataclasses.replace(found, code=self.backend.import_code(found.code, device))

@@ -328,7 +328,7 @@ class AggregateBuilder:
 
     # ------------------------------------------------------------ match
 
-    def stmt_Match(self, node: ast.Match) -> list[ir.Stmt]:  # noqa: N802 - AST dispatch
+    def stmt_Match(self, node: ast.Match) -> list[ir.Stmt]:
         """`match shape: case Circle(r=r): ... case _: ...` on a variant."""
         subject = self.expr(node.subject)
         t = subject.type

@@ -83,7 +83,7 @@ def annotation_type(resolver: StaticResolver, node: ast.expr, loc: Loc) -> Type:
         node = ast.parse(node.value, mode="eval").body
     try:
         scope = {**vars(builtins), **resolver.globals, **resolver.closure}
-        obj = eval(compile(ast.Expression(node), "<annotation>", "eval"), scope)  # noqa: S307
+        obj = eval(compile(ast.Expression(node), "<annotation>", "eval"), scope)
     except NameError as exc:
         raise UnknownNameError(f"cannot evaluate the annotation '{ast.unparse(node)}': {exc}",
                                loc) from None

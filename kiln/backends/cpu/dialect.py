@@ -224,11 +224,11 @@ class CpuEmitter(CEmitter):
 
     # ------------------------------------------------------------ thread loops
 
-    def stmt_ThreadLoop(self, s: ir.ThreadLoop) -> None:  # noqa: N802 - dispatched by name
+    def stmt_ThreadLoop(self, s: ir.ThreadLoop) -> None:
         with self.threads(s, "KILN_FOR_EACH_THREAD") as declared:
             self.block(s.body[declared:])
 
-    def stmt_LockstepLoop(self, s: ir.LockstepLoop) -> None:  # noqa: N802
+    def stmt_LockstepLoop(self, s: ir.LockstepLoop) -> None:
         """Its passes (`masked_loop`), after its unmasked iterations when it is counted
         (`full_iterations`)."""
         if not s.counted or self.blocks.exits:

@@ -41,7 +41,7 @@ class LaneSubset(Chunk):
 
     regular = False
 
-    def __init__(self, parent: Chunk, lanes: np.ndarray) -> None:  # noqa: D107
+    def __init__(self, parent: Chunk, lanes: np.ndarray) -> None:
         self.parent, self.lanes = parent, lanes
         self.launch, self.b0, self.nblocks = parent.launch, parent.b0, parent.nblocks
         self.n = int(lanes.size)

@@ -53,19 +53,19 @@ def _narrow(e: ir.Expr, t: Type) -> ir.Expr:
 
 
 class _InF32(Transformer):
-    def visit_BinOp(self, e: ir.BinOp) -> ir.Expr:  # noqa: N802 - hook name
+    def visit_BinOp(self, e: ir.BinOp) -> ir.Expr:
         e.left, e.right = _widen(e.left), _widen(e.right)
         return _narrow(e, e.type)
 
-    def visit_UnaryOp(self, e: ir.UnaryOp) -> ir.Expr:  # noqa: N802
+    def visit_UnaryOp(self, e: ir.UnaryOp) -> ir.Expr:
         e.operand = _widen(e.operand)
         return _narrow(e, e.type)
 
-    def visit_Compare(self, e: ir.Compare) -> ir.Expr:  # noqa: N802
+    def visit_Compare(self, e: ir.Compare) -> ir.Expr:
         e.left, e.right = _widen(e.left), _widen(e.right)
         return e
 
-    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:  # noqa: N802
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:
         if intrinsics[e.name].category != "math":
             return e
         e.args = [_widen(a) for a in e.args]

@@ -80,7 +80,7 @@ class _UnreadAssignments(Transformer):
                     self.read |= loaded
         self.changed = False
 
-    def visit_Assign(self, s: ir.Assign) -> ir.Stmt | None:  # noqa: N802 - Transformer hook
+    def visit_Assign(self, s: ir.Assign) -> ir.Stmt | None:
         if s.target in self.read:
             return s
         self.changed = True

@@ -129,24 +129,24 @@ class _Folder(Transformer):
     def const(node: ir.Expr, value: Number | None) -> ir.Expr:
         return node if value is None else ir.Const(node.type, value, loc=node.loc)
 
-    def visit_BinOp(self, e: ir.BinOp) -> ir.Expr:  # noqa: N802 - Transformer's hook names
+    def visit_BinOp(self, e: ir.BinOp) -> ir.Expr:
         if isinstance(e.left, ir.Const) and isinstance(e.right, ir.Const):
             assert isinstance(e.type, ScalarType)
             return self.const(e, binop(e.op, python_value(e.left), python_value(e.right),
                                        e.type))
         return e
 
-    def visit_Compare(self, e: ir.Compare) -> ir.Expr:  # noqa: N802
+    def visit_Compare(self, e: ir.Compare) -> ir.Expr:
         if isinstance(e.left, ir.Const) and isinstance(e.right, ir.Const):
             return self.const(e, COMPARES[e.op](python_value(e.left), python_value(e.right)))
         return e
 
-    def visit_UnaryOp(self, e: ir.UnaryOp) -> ir.Expr:  # noqa: N802
+    def visit_UnaryOp(self, e: ir.UnaryOp) -> ir.Expr:
         if isinstance(e.operand, ir.Const) and isinstance(e.type, ScalarType):
             return self.const(e, unary(e.op, python_value(e.operand), e.type))
         return e
 
-    def visit_Cast(self, e: ir.Cast) -> ir.Expr:  # noqa: N802
+    def visit_Cast(self, e: ir.Cast) -> ir.Expr:
         if e.value.type == e.type:
             return e.value
         src, dst = e.value.type, e.type
@@ -155,12 +155,12 @@ class _Folder(Transformer):
             return self.const(e, cast(python_value(e.value), src, dst))
         return e
 
-    def visit_Select(self, e: ir.Select) -> ir.Expr:  # noqa: N802
+    def visit_Select(self, e: ir.Select) -> ir.Expr:
         if isinstance(e.cond, ir.Const):
             return e.if_true if python_value(e.cond) else e.if_false
         return e
 
-    def visit_BoolOp(self, e: ir.BoolOp) -> ir.Expr:  # noqa: N802
+    def visit_BoolOp(self, e: ir.BoolOp) -> ir.Expr:
         """Drop neutral constants; an absorbing one ends the operands (later ones never run)."""
         absorbing = e.op == "or"
         values: list[ir.Expr] = []

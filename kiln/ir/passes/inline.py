@@ -216,15 +216,15 @@ class _Rename(Transformer):
     def __init__(self, renames: dict[str, ir.Var]) -> None:
         self.renames = renames
 
-    def visit_Var(self, e: ir.Var) -> ir.Var:  # noqa: N802 - Transformer's hook names
+    def visit_Var(self, e: ir.Var) -> ir.Var:
         new = self.renames.get(e.name)
         return e if new is None else ir.Var(new.type, new.name, loc=e.loc)
 
-    def visit_Assign(self, s: ir.Assign) -> ir.Assign:  # noqa: N802
+    def visit_Assign(self, s: ir.Assign) -> ir.Assign:
         s.target = self.renames[s.target].name
         return s
 
-    def visit_For(self, s: ir.For) -> ir.For:  # noqa: N802
+    def visit_For(self, s: ir.For) -> ir.For:
         s.var = self.renames[s.var].name
         return s
 

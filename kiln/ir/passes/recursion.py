@@ -116,7 +116,7 @@ class _Redirect(Transformer):
         self.group = set(group)
         self.deeper = deeper
 
-    def visit_Call(self, e: ir.Call) -> ir.Expr:  # noqa: N802 - Transformer's hook names
+    def visit_Call(self, e: ir.Call) -> ir.Expr:
         if e.func in self.group:
             e.func = self.deeper[e.func]
         return e
@@ -133,7 +133,7 @@ class _Cut(Transformer):
         self.backend, self.kernel, self.taken = backend, kernel, taken
         self.reporters: list[ir.Function] = []
 
-    def visit_Call(self, e: ir.Call) -> ir.Expr:  # noqa: N802 - Transformer's hook names
+    def visit_Call(self, e: ir.Call) -> ir.Expr:
         if e.func not in self.group:
             return e
         code = self.status.add(ir.RuntimeCheck(

@@ -107,7 +107,7 @@ def _unroll_short_loops(body: list[ir.Stmt]) -> None:
 class _BlockLevel(Transformer):
     """Block-level expressions are block-uniform: thread 0's view stands for the block."""
 
-    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:  # noqa: N802
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:
         if e.name.startswith("thread_idx_"):
             return ir.Const(i32, 0, loc=e.loc)
         return e
@@ -154,7 +154,7 @@ class _ReplaceIndices(Transformer):
     def transform_body_in_place(self, func: ir.Function) -> None:
         func.body = self.transform_body(func.body)
 
-    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:  # noqa: N802
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:
         name = self.names.get(e.name)
         return e if name is None else ir.Var(i32, name, loc=e.loc)
 
@@ -195,15 +195,15 @@ def widen_index_arithmetic(program: ir.Program) -> ir.Program:
 
 
 class _Widen(Transformer):
-    def visit_Load(self, e: ir.Load) -> ir.Load:  # noqa: N802
+    def visit_Load(self, e: ir.Load) -> ir.Load:
         e.indices = [_wide_index(i) for i in e.indices]
         return e
 
-    def visit_Store(self, s: ir.Store) -> ir.Store:  # noqa: N802
+    def visit_Store(self, s: ir.Store) -> ir.Store:
         s.indices = [_wide_index(i) for i in s.indices]
         return s
 
-    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.IntrinsicCall:  # noqa: N802
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.IntrinsicCall:
         array = e.args[0].type if e.args else None
         if intrinsics[e.name].category == "atomic" and isinstance(array, ArrayType):
             ndim = array.ndim

@@ -27,7 +27,7 @@ def lower_single_lane_warps(program: ir.Program) -> ir.Program:
 
 
 class _SingleLane(Transformer):
-    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:  # noqa: N802 - hook name
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:
         if e.name == "warp_size":
             return ir.Const(e.type, 1, loc=e.loc)
         if e.name == "lane_id":
