@@ -34,6 +34,7 @@ from common import (
 
 import kiln
 from kiln import f32
+from kiln.backends.cpu.backend import build_env
 from kiln.examples import (
     BLOCK,
     TILE,
@@ -200,7 +201,7 @@ def main() -> int:
         return 0
     repeat = 5 if args.quick else 15
     print(f"cpu: {dev.capabilities.name}, {dev.capabilities.compute_units} threads, "
-          f"{dev.capabilities.arch}; {versions()}, {dev.backend.build_env().version}")
+          f"{dev.capabilities.arch}; {versions()}, {build_env().version}")
     rng = np.random.default_rng(0)
 
     n = 1 << (20 if args.quick else 24)

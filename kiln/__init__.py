@@ -17,6 +17,7 @@ from .errors import (
     UnknownNameError,
     UnsupportedError,
 )
+from .execution.drivers import ExecutionDriver, register_execution_model
 from .execution.kernel import Kernel, func, kernel, launch
 from .execution.raw import RawKernel
 from .execution.sharding import (
@@ -32,14 +33,32 @@ from .execution.sharding import (
     shard_start,
 )
 from .framework.backend import (
+    Allocator,
     Availability,
     Backend,
     Capabilities,
+    CompiledKernel,
+    Compiler,
+    CudaArrayInterop,
     CustomBackend,
     DeviceKind,
     DirectBackend,
+    DLPackInterop,
     ExecutionModel,
+    FastLaunch,
+    GraphCapture,
     JITBackend,
+    KernelRequest,
+    Launchable,
+    Loader,
+    Partitionable,
+    PeerCopy,
+    PreparesLaunch,
+    Queue,
+    RawKernels,
+    SubBuffers,
+    ZeroCopy,
+    supports,
 )
 from .framework.registry import register_backend
 from .framework.sizing import Dim, dim
@@ -96,6 +115,7 @@ from .runtime.array import (
 )
 from .runtime.device import Device, DeviceNotFoundError, Event, Stream, backends, device, devices
 from .runtime.graph import Graph, graph
+from .runtime.host import HostAllocator, HostQueue, HostStream
 from .version import __version__
 
 # long names of the scalar types

@@ -35,7 +35,7 @@ from .errors import KernelError, LaunchError
 from .execution.kernel import Kernel
 from .framework import cache
 from .framework.actions import ActionError, actions
-from .framework.backend import Backend, Capabilities, DeviceKind, ExecutionModel
+from .framework.backend import Backend, Capabilities, DeviceKind, ExecutionModel, JITBackend
 from .framework.registry import registry
 from .ir.enums import MemorySpace
 from .ir.types import (
@@ -266,7 +266,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                          "constexpr value; give every parameter's with --types, e.g. "
                          "--types f32[:] i32 constexpr(16)")
     backend = backend_named(args.backend) if args.backend else kiln.device().backend
-    if backend.execution_model is ExecutionModel.JIT:
+    if isinstance(backend, JITBackend):
         print(kernel.source(backend, *types), end="")
     else:
         print(kernel.ir(*types), end="")

@@ -16,7 +16,7 @@ from conftest import marked_line
 
 import kiln
 from kiln import f32, i32, i64
-from kiln.framework.backend import Capabilities, DeviceKind, ExecutionModel
+from kiln.framework.backend import Capabilities, DeviceKind
 from kiln.ir import nodes as ir
 from kiln.ir.enums import MemorySpace
 from kiln.ir.intrinsics import atomic_capabilities
@@ -868,9 +868,9 @@ def run_program(device: kiln.Device, program: ir.Program, grid: int, block: int,
     """Run an already lowered program on a device through the backend contract."""
     backend, stream = device.backend, device.default_stream.handle
     dims = ((grid, 1, 1), (block, 1, 1))
-    if backend.execution_model is ExecutionModel.JIT:
-        code = backend.compile(backend.generate_source(program), device, kiln.KernelOptions())
-        backend.launch(backend.link(code, device), *dims, args, stream)
+    if isinstance(backend, kiln.JITBackend):
+        compiled = backend.compiler.compile(program, device, kiln.KernelOptions())
+        backend.loader.load(compiled, device).launch(*dims, args, stream)
     else:
         backend.execute(program, *dims, args, stream)
     device.synchronize()

@@ -17,7 +17,7 @@ from typing import Any
 from ..execution.kernel import Kernel
 from ..framework.actions import ActionError, ActionRequest, SpecialisedKernel, action_named
 from ..framework.backend import Backend
-from ..framework.registry import registry
+from ..framework.registry import registry, target_pipeline
 from ..ir.types import ArrayType, ConstexprType, ScalarType, Type
 
 _C_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -61,7 +61,7 @@ def specialise(kernel: Kernel, types: Sequence[Type], backend: Backend) -> Speci
             raise ActionError(f"{kernel.name}: parameter {name} is {t}; library entry points "
                               "take arrays of scalars, scalars and constexpr values")
     program = kernel.program(arg_types)
-    for stage in backend.pipeline(None):
+    for stage in target_pipeline(backend):
         program = stage(program)
     return SpecialisedKernel(kernel.name, arg_types, names, program, kernel.options)
 

@@ -5,8 +5,8 @@ data and registers spellings in `kiln.ir.intrinsics` under its namespace.
 `kernel_abi` is the one definition of how kernel parameters are flattened for launches.
 """
 
+from ..ir.abi import AbiParam, abi_values, function_abi, kernel_abi
 from . import c_intrinsics  # noqa: F401 - registers the "c" namespace
-from .abi import AbiParam, abi_values, function_abi, kernel_abi
 from .diagnostics import compile_error
 from .emitter import GENERATED_FILE, CEmitter, CExpr, handles
 from .names import NameTable

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir import nodes as ir
+from ..ir.abi import function_abi
 from ..ir.enums import MemorySpace
 from ..ir.intrinsics import intrinsics
 from ..ir.types import (
@@ -50,7 +51,6 @@ from ..ir.types import (
 )
 from ..ir.visit import walk
 from ..lang.native import PLACEHOLDER, native_code
-from .abi import function_abi
 from .helpers import C_HELPERS, HelperTemplate
 from .names import RESERVED, NameTable
 
@@ -263,7 +263,7 @@ class CEmitter:
                         f"{self.names[p.name]}_shape{axis}")
 
     def param_decls(self, func: ir.Function) -> list[str]:
-        """C parameter declarations in ABI order (see `kiln.codegen.abi`)."""
+        """C parameter declarations in ABI order (see `kiln.ir.abi`)."""
         out = []
         for a in function_abi(func):
             if a.kind == "pointer":
@@ -293,6 +293,11 @@ class CEmitter:
             self.declare_locals(func.locals)
             self.block(func.body)
         self.unmapped()
+
+    @property
+    def entry_name(self) -> str:
+        """The name of the entry point `emit` gave the kernel."""
+        return self.fnames[self.program.kernel.name]
 
     def emit_kernel(self, kernel: ir.Function) -> None:
         """A GPU-style kernel function; the cpu dialect overrides this."""

@@ -1,8 +1,8 @@
-"""The one executor: validate -> specialise -> dispatch on the execution model.
+"""The one executor: validate -> specialise -> launch.
 
 Every launch goes through `launch`. Specialisations are cached per kernel by
-(argument types, device, backend build identity, options); the first launch of a
-signature runs the frontend, the backend's pass pipeline and (for JIT) its compiler.
+(argument types, device, backend build identity); the first launch of a signature asks
+the driver of the backend's execution model for a launchable (`kiln.execution.drivers`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import LaunchError
-from ..framework.backend import Dim3, ExecutionModel
+from ..framework.backend import Dim3, FastLaunch, Launchable, supports
 from ..framework.registry import registry
-from ..ir.analysis import written_params
 from ..ir.nodes import Program
 from ..ir.types import (
     SCALAR_BY_DTYPE,
@@ -36,8 +35,8 @@ from ..runtime.device import device as resolve_device
 from ..runtime.interop import adopt
 from ..runtime.status import StatusWatch
 from .arguments import lowered_arguments
+from .drivers import driver_for
 from .fastpath import remember, try_plan
-from .kernelcache import kernel_key
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -47,8 +46,8 @@ if TYPE_CHECKING:
 class Specialization:
     """A kernel ready to run on one device for one argument-type signature."""
 
-    program: Program
-    routine: Any
+    program: Program | None  # None where a CUSTOM backend took the kernel before the frontend
+    routine: Launchable
     written: frozenset[str]  # names of array parameters the kernel may write
     device: Device
     watches: weakref.WeakKeyDictionary[Stream, StatusWatch] = field(
@@ -56,7 +55,7 @@ class Specialization:
 
     def watch(self, stream: Stream) -> StatusWatch | None:
         """The status of this kernel's run-time checks on `stream` (None without checks)."""
-        if not self.program.checks:
+        if self.program is None or not self.program.checks:
             return None
         found = self.watches.get(stream)
         if found is None:
@@ -168,50 +167,15 @@ def pick_device(args: Sequence[Any], device: Device | str | None) -> Device:
 
 
 def specialize(kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> Specialization:
-    """Build (or fetch from the kernel's cache) the routine for one signature and device.
-
-    A JIT backend's kernel is first looked up on disk by its kernel key
-    (`kiln.execution.kernelcache`): a hit skips the frontend, the passes and code generation.
-    """
-    backend = device.backend
-    key = (arg_types, device.name, backend.build_identity(device))
+    """Build (or fetch from the kernel's cache) the launchable for one signature and device,
+    through the driver of the backend's execution model (`kiln.execution.drivers`)."""
+    key = (arg_types, device.name, device.backend.build_identity(device))
     spec = kernel.specializations.get(key)
-    if spec is not None:
-        return spec
-    stored = kernel_key(kernel, arg_types, device)
-    found = stored.load(device) if stored is not None else None
-    if found is not None:
-        program, code, written = found.program, found.code, found.written
-    else:
-        program, source, code, written = _build(kernel, arg_types, device)
-        if stored is not None:
-            stored.store(program, written, code, source, kernel.options)
-    routine = (backend.link(code, device)  # type: ignore[attr-defined]
-               if backend.execution_model is ExecutionModel.JIT else program)
-    spec = Specialization(program, routine, written, device)
-    kernel.specializations[key] = spec
+    if spec is None:
+        built = driver_for(device).build(kernel, arg_types, device)
+        spec = Specialization(built.program, built.launchable, built.written, device)
+        kernel.specializations[key] = spec
     return spec
-
-
-def _build(kernel: Kernel, arg_types: tuple[Type, ...], device: Device
-           ) -> tuple[Program, str, Any, frozenset[str]]:
-    """Frontend, the backend's passes and (JIT) its code generator and compiler: the
-    program, the source and code ("" and None for other execution models) and the names of
-    the parameters the kernel may write."""
-    backend = device.backend
-    program = kernel.program(arg_types)
-    for stage in backend.pipeline(device):
-        program = stage(program)
-    source, code = "", None
-    if backend.execution_model is ExecutionModel.JIT:
-        source = backend.generate_source(program)  # type: ignore[attr-defined]
-        code = backend.compile(source, device, kernel.options)  # type: ignore[attr-defined]
-    written = written_params(program)
-    original = kernel.program(arg_types).kernel.params
-    if program.kernel.params and program.kernel.params[0].source is not None:  # lowered
-        written = {original[p.source.index].name for p in program.kernel.params
-                   if p.name in written and p.source is not None}
-    return program, source, code, frozenset(written)
 
 
 def bind_arguments(kernel: Kernel, args: Sequence[Any]) -> tuple[Type, ...]:
@@ -232,18 +196,17 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
     if try_plan(kernel, grid, block, device, stream, args):
         return
     b = bind_launch(kernel, grid, block, adopt_foreign(args), device, stream)
-    b.call(b.routine, b.grid, b.block, b.device_args, b.stream.handle)
+    b.routine.launch(b.grid, b.block, b.device_args, b.stream.handle)
     if b.watch is not None:
         b.watch.arm()
     elif b.args is args and not b.copy_back and not _lowered(b.arg_types):
         key = (grid, block, device, stream)
-        target = getattr(b.device.backend, "launch_target", None)
-        if target is not None:  # the backend's own fast launch; it packs Python numbers
-            call = target(b.routine, b.grid, b.block, b.device_args, b.stream.handle)
+        if supports(b.routine, FastLaunch):  # its own fast launch; it packs Python numbers
+            call = b.routine.launch_target(b.grid, b.block, b.device_args, b.stream.handle)
             remember(kernel, key, args, b.arg_types, b.device, call, (), (), convert=False)
         else:
-            remember(kernel, key, args, b.arg_types, b.device, b.call,
-                     (b.routine, b.grid, b.block), (b.stream.handle,))
+            remember(kernel, key, args, b.arg_types, b.device, b.routine.launch,
+                     (b.grid, b.block), (b.stream.handle,))
     for host, dev_array in b.copy_back:
         if dev_array._host is host:  # zero-copy: the launch writes host memory; wait for it
             b.stream.synchronize()
@@ -253,10 +216,9 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
 
 @dataclass
 class BoundLaunch:
-    """A launch that passed every check: what to call, with which device arguments."""
+    """A launch that passed every check: what to launch, with which device arguments."""
 
-    call: Any  # the backend's launch / execute / run
-    routine: Any
+    routine: Launchable
     grid: Dim3
     block: Dim3
     args: Sequence[Any]
@@ -286,12 +248,7 @@ def bind_launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence
     watch = spec.watch(stream)
     if watch is not None:
         device_args.append(watch.array)
-    backend = dev.backend
-    model = backend.execution_model
-    call = (backend.launch if model is ExecutionModel.JIT  # type: ignore[attr-defined]
-            else backend.execute if model is ExecutionModel.DIRECT  # type: ignore[attr-defined]
-            else backend.run)  # type: ignore[attr-defined]
-    return BoundLaunch(call, spec.routine, grid3, block3, args, arg_types, device_args,
+    return BoundLaunch(spec.routine, grid3, block3, args, arg_types, device_args,
                        copy_back, dev, stream, watch)
 
 
@@ -332,7 +289,8 @@ def _to_device_args(kernel: Kernel, args: Sequence[Any], arg_types: tuple[Type, 
             out.append(t.dtype.type(value))
         else:
             out.append(value)
-    params = spec.program.kernel.params[:-1 if spec.program.checks else None]
+    program = spec.program
+    params = program.kernel.params[:-1 if program.checks else None] if program else []
     if params and params[0].source is not None:  # records, variants or vectors were split
         types = [t for t in arg_types if not isinstance(t, ConstexprType)]
         out = lowered_arguments(types, params, out)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import LaunchError
+from ..framework.backend import PreparesLaunch, supports
 from ..ir.types import ConstexprType, ScalarType, Type
 from ..runtime.array import DeviceArray
 
@@ -98,20 +99,18 @@ class PreparedLaunch:
     """`kernel.prepare(grid, block, *args)`: a launch checked and packed once; each call
     runs it again with no checks (the arguments' contents may change, not the arguments).
 
-    A backend may provide `prepare_launch(routine, grid, block, args, stream)` returning a
-    callable that launches with parameters it packed once (CUDA does).
+    A launchable that `PreparesLaunch` packs its parameters once (CUDA, OpenCL).
     """
 
     def __init__(self, kernel_name: str, bound: BoundLaunch) -> None:
         if bound.copy_back or any(isinstance(a, np.ndarray) for a in bound.args):
             raise LaunchError(f"prepare({kernel_name}): pass device arrays, not NumPy arrays")
-        backend = bound.device.backend
-        prepare = getattr(backend, "prepare_launch", None)
-        if prepare is not None:
-            self._run = prepare(bound.routine, bound.grid, bound.block, bound.device_args,
-                                bound.stream.handle)
+        routine = bound.routine
+        if supports(routine, PreparesLaunch):
+            self._run = routine.prepare_launch(bound.grid, bound.block, bound.device_args,
+                                               bound.stream.handle)
         else:
-            self._run = functools.partial(bound.call, bound.routine, bound.grid, bound.block,
+            self._run = functools.partial(routine.launch, bound.grid, bound.block,
                                           bound.device_args, bound.stream.handle)
         self.bound = bound
 

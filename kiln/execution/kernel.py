@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import KernelError, LaunchError
-from ..framework.registry import registry
+from ..framework.backend import JITBackend
+from ..framework.registry import registry, target_pipeline
 from ..framework.sizing import Dim, as_shape, grid_and_block
 from ..ir.nodes import Loc
 from ..ir.passes import check_program
@@ -19,6 +20,7 @@ from ..lang.frontend import build_program
 from ..lang.functions import Compilable, DeviceFunction
 from ..options import KernelOptions
 from ..runtime.device import device as resolve_device
+from ..runtime.device import devices_of
 from .executor import adopt_foreign, bind_launch, pick_device, specialize
 from .executor import launch as execute_launch
 from .fastpath import PreparedLaunch
@@ -111,12 +113,16 @@ class Kernel(Compilable):
 
     @_user_facing
     def source(self, backend: str | Backend, *types: Type) -> str:
-        """The source a JIT backend generates for a signature."""
+        """The source a JIT backend generates for a signature (lowered by its pipeline for
+        its first device; by the shared device-independent one where it has none here)."""
         b = registry.get(backend).backend if isinstance(backend, str) else backend
+        if not isinstance(b, JITBackend):
+            raise TypeError(f"the {b.name} backend runs kernels without generating source")
         program = self.program(self._types(types))
-        for stage in b.pipeline(None):
+        devices = devices_of(registry.get(b.name))
+        for stage in b.pipeline(devices[0]) if devices else target_pipeline(b):
             program = stage(program)
-        return b.generate_source(program)  # type: ignore[attr-defined]
+        return b.compiler.generate_source(program)
 
     @_user_facing
     def prepare(self, grid: Any, block: Any, *args: Any, device: Device | str | None = None,

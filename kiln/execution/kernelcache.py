@@ -5,11 +5,11 @@ so finding a binary by it needs the frontend, the IR passes and code generation 
 (milliseconds of Python). The *kernel key* covers what those steps read instead: kiln's own
 code, the kernel's source and everything it can see (`kiln.execution.fingerprint`), the
 argument types (constexpr values included), the device's capabilities, its backend's build
-identity and intrinsic implementations, and the kernel's options. Under it, a JIT backend
-that opts in (`JITBackend.export_code` / `import_code`) keeps the lowered program, the
-parameters the kernel writes and its code, pickled, in one compile-cache entry
-(`<backend>/<key>.kernel`, with the cache's integrity footer). A launch in a later process
-(or by a fresh kernel object) that finds it links the code without running the frontend.
+identity and intrinsic implementations, and the kernel's options. Under it, every JIT
+backend keeps the lowered program, the parameters the kernel writes and its
+`CompiledKernel` (plain data), pickled, in one compile-cache entry (`<backend>/<key>.kernel`,
+with the cache's integrity footer). A launch in a later process (or by a fresh kernel
+object) that finds it loads the compiled kernel without running the frontend.
 
 A kernel that reads a name of a kind the fingerprint does not know has no kernel key and
 takes the usual path; so does a program that cannot be pickled. `KILN_LOG=info` says which
@@ -37,12 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..framework.backend import Capabilities, JITBackend
+from ..framework.backend import Capabilities, CompiledKernel, JITBackend
 from ..framework.cache import CompileCache
 from ..ir.intrinsics import intrinsics
 from ..ir.nodes import Program
 from ..ir.types import SCALAR_BY_NAME, ScalarType, StructType, Type
-from ..options import KernelOptions
 from ..version import __version__
 from .fingerprint import NotFingerprintable, fingerprint, type_fingerprint
 
@@ -58,11 +57,11 @@ logger = logging.getLogger("kiln.cache")
 @dataclass(frozen=True)
 class CachedKernel:
     """What a kernel key finds: the program as the backend received it (after its passes),
-    the names of the array parameters the kernel may write, and the code to link."""
+    the names of the array parameters the kernel may write, and the compiled kernel."""
 
     program: Program
     written: frozenset[str]
-    code: Any
+    compiled: CompiledKernel
 
 
 class KernelKey:
@@ -72,9 +71,9 @@ class KernelKey:
         self.key, self.backend, self.label = key, backend, label
         self.cache = _cache(backend.name)
 
-    def load(self, device: Device) -> CachedKernel | None:
-        """The cached kernel with its code imported, or None (a miss, or an unreadable
-        entry, which is removed so that it gets rebuilt)."""
+    def load(self) -> CachedKernel | None:
+        """The cached kernel, or None (a miss, or an unreadable entry, which is removed so
+        that it gets rebuilt)."""
         start = time.perf_counter()
         entry = self.cache.lookup(self.key)
         if entry is None:
@@ -84,7 +83,6 @@ class KernelKey:
             found = pickle.loads(entry.payload)
             if not isinstance(found, CachedKernel):
                 raise TypeError(f"a {type(found).__name__}, not a cached kernel")
-            found = dataclasses.replace(found, code=self.backend.import_code(found.code, device))
         except Exception as exc:  # written by another kiln, or damaged in a valid footer
             logger.warning("%s: discarding an unreadable kernel cache entry %s (%s)",
                            self.label, entry.path, exc)
@@ -94,14 +92,10 @@ class KernelKey:
                     (time.perf_counter() - start) * 1e3)
         return found
 
-    def store(self, program: Program, written: frozenset[str], code: Any, source: str,
-              options: KernelOptions) -> None:
+    def store(self, program: Program, written: frozenset[str], compiled: CompiledKernel) -> None:
         """Keep a freshly built kernel under this key (never fails the launch)."""
-        exported = self.backend.export_code(code, source, options)
-        if exported is None:
-            return
         try:
-            payload = _dumps(CachedKernel(program, written, exported))
+            payload = _dumps(CachedKernel(program, written, compiled))
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             logger.info("%s: not stored under a kernel key (%s)", self.label, exc)
             return
@@ -112,11 +106,10 @@ class KernelKey:
 
 
 def kernel_key(kernel: Kernel, arg_types: Sequence[Type], device: Device) -> KernelKey | None:
-    """The kernel key for one launch signature, or None when the device's backend does not
-    export code or the kernel reads something `kiln.execution.fingerprint` cannot fingerprint."""
+    """The kernel key for one launch signature, or None when the device's backend is no JIT
+    backend or the kernel reads something `kiln.execution.fingerprint` cannot fingerprint."""
     backend = device.backend
-    if not isinstance(backend, JITBackend) \
-            or type(backend).export_code is JITBackend.export_code:
+    if not isinstance(backend, JITBackend):
         return None
     label = f"{backend.name} {kernel.name}"
     try:

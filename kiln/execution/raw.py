@@ -1,10 +1,10 @@
 """`kiln.RawKernel`: hand-written kernel source (or a binary module) launched like a kernel.
 
-The front is generic: a backend that supports raw kernels implements
-`load_raw(code, name, device, options) -> routine` (the routine then goes to its ordinary
-`launch`). Arguments are kiln arrays (or foreign ones, adopted without copies), passed as
-pointers only, and scalars: NumPy scalars keep their type, Python numbers follow kiln's
-literal rules (int -> int32, or int64 when it does not fit; float -> float32).
+The front is generic: a backend that supports raw kernels implements the `RawKernels`
+protocol, `load_raw(code, name, device, options) -> Launchable`. Arguments are kiln arrays
+(or foreign ones, adopted without copies), passed as pointers only, and scalars: NumPy
+scalars keep their type, Python numbers follow kiln's literal rules (int -> int32, or int64
+when it does not fit; float -> float32).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LaunchError
+from ..framework.backend import Launchable, RawKernels, supports
 from ..ir.types import literal_type
 from ..options import KernelOptions
 from ..runtime.array import DeviceArray
@@ -34,7 +35,7 @@ class RawKernel:
                  **options: Any) -> None:
         self.source, self.name, self.backend_name = source, name, backend
         self.options = KernelOptions.of(options, f"RawKernel {name}")
-        self._routines: dict[Device, Any] = {}
+        self._routines: dict[Device, Launchable] = {}
 
     def __repr__(self) -> str:
         return f"<kiln.RawKernel {self.name} ({self.backend_name})>"
@@ -45,14 +46,15 @@ class RawKernel:
         grid, block, *rest = config
         return lambda *args: self.launch(grid, block, args, stream=rest[0] if rest else None)
 
-    def routine(self, device: Device) -> Any:
+    def routine(self, device: Device) -> Launchable:
         """The loaded kernel on `device` (compiled on first use)."""
         routine = self._routines.get(device)
         if routine is None:
-            load = getattr(device.backend, "load_raw", None)
-            if load is None:
-                raise LaunchError(f"backend {device.backend.name!r} does not load raw kernels")
-            routine = self._routines[device] = load(self.source, self.name, device, self.options)
+            backend = device.backend
+            if not supports(backend, RawKernels):
+                raise LaunchError(f"backend {backend.name!r} does not load raw kernels")
+            routine = self._routines[device] = backend.load_raw(self.source, self.name, device,
+                                                                self.options)
         return routine
 
     def launch(self, grid: Any, block: Any, args: Sequence[Any],
@@ -68,8 +70,7 @@ class RawKernel:
         validate_dims(grid3, block3, dev)
         values = [self._argument(i, a, dev) for i, a in enumerate(args)]
         stream = stream or dev.default_stream
-        dev.backend.launch(self.routine(dev), grid3, block3, values,  # type: ignore[attr-defined]
-                           stream.handle)
+        self.routine(dev).launch(grid3, block3, values, stream.handle)
 
     def _argument(self, i: int, value: Any, dev: Device) -> Any:
         if isinstance(value, DeviceArray):

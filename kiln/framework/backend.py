@@ -1,41 +1,59 @@
-"""The backend contract (SPEC §3).
+"""The backend contract (SPEC §3), all of it, in small parts.
 
-A backend is one object. It says who it is (`name`, `execution_model`), whether it can run
-here (`availability`), which devices it has and what they can do, how it moves memory,
-which IR pass pipeline it wants, and how it runs a kernel:
+A backend is one `Backend` object, registered with `kiln.register_backend`. It says who it
+is (`name`, `priority`, `execution_model`), whether it can run here (`availability`), which
+devices it has (`device_handles`), which IR passes it wants (`pipeline`, the full shared
+one by default) and what outside the IR changes its code (`build_identity`), and it is
+composed of parts, each a small class:
 
-- JIT:    generate_source(program) -> str; compile(source, device, options) -> code;
-          link(code, device) -> routine; launch(routine, grid, block, args, stream);
-          optionally export_code(code) / import_code(exported, device) for the kernel cache
-- DIRECT: execute(program, grid, block, args, stream)
-- CUSTOM: run(program, grid, block, args, stream)
+- `allocator: Allocator`  device memory: allocate, free, host<->device, device<->device
+- `queue: Queue`          streams, events, synchronisation
 
-`args` are, in parameter order, `DeviceArray`s for array parameters and NumPy scalars
-(already of the parameter's type) for scalar parameters. Streams and events are backend
-handles wrapped by `kiln.Stream` / `kiln.Event`; backends never see user-facing types
-other than `DeviceArray`.
+and, by execution model (each has a driver in `kiln.execution.drivers`):
+
+- JIT (`JITBackend`):   `compiler: Compiler` (lowered program + device + options ->
+  `CompiledKernel`: entry name, parameter layout, source, binary, metadata) and
+  `loader: Loader` (`CompiledKernel` -> a `Launchable` bound to the device);
+- DIRECT (`DirectBackend`): `execute(program, grid, block, args, stream)` runs lowered IR;
+- CUSTOM (`CustomBackend`): `load_kernel(KernelRequest, device) -> Launchable` receives the
+  kernel before the frontend (Python function, argument types, options) and owns
+  compilation and caching; the launchable gets the launch configuration.
+
+Every optional capability is a protocol below, checked with `supports(obj, Protocol)` (an
+`isinstance` remembered per class) by the part of kiln that uses it, never looked up by
+name: `ZeroCopy`, `SubBuffers` and `PeerCopy` (allocator), `FastLaunch` and `PreparesLaunch`
+(launchables), `Partitionable`, `RawKernels`, `GraphCapture`, `CudaArrayInterop`,
+`DLPackInterop` (backend).
+
+A launch's `args` are, in parameter order, `DeviceArray`s for arrays and NumPy scalars of
+the parameter types for scalars; `stream` is the backend's own stream handle (from
+`Queue.create_stream`). Kernels and users never see backend types.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import numpy as np
 
+from ..ir.abi import AbiParam
 from ..ir.enums import ExtensibleEnum
 from ..ir.nodes import Program
-from ..ir.passes import default_pipeline
+from ..ir.passes import pipeline_for
 from ..ir.target import Capabilities as Capabilities  # re-exported: part of the contract
 from ..ir.target import DeviceKind as DeviceKind
 from ..ir.target import Dim3 as Dim3
+from ..ir.types import Type
 from ..options import KernelOptions
 
 if TYPE_CHECKING:
     from ..runtime.device import Device
 
+P = TypeVar("P")
 Pass = Callable[[Program], Program]
 
 
@@ -49,44 +67,21 @@ for _n in ("JIT", "DIRECT", "CUSTOM"):
     ExecutionModel.register(_n)
 
 
+
+
 @dataclass(frozen=True)
 class Availability:
     available: bool
     reason: str = ""
 
 
-class Backend(ABC):
-    """The contract every backend implements; see the module docstring."""
+# ---------------------------------------------------------------- memory and queues
 
-    name: ClassVar[str]
-    execution_model: ClassVar[ExecutionModel]
-    intrinsic_namespaces: ClassVar[tuple[str, ...]] = ()
-    """Where this backend's intrinsic implementations live in the registry, most specific first."""
-    supports_recursion: ClassVar[bool] = False
-    """Whether device functions may call themselves (directly or through others) natively;
-    where not, the shared pipeline inlines recursion to the depth the user sets."""
 
-    @abstractmethod
-    def availability(self) -> Availability:
-        """Whether the backend can run here, and if not why. Must not raise."""
+class Allocator(ABC):
+    """Device memory. Buffers are the backend's own objects; copies are ordered on
+    `stream` (a handle from `Queue.create_stream`) and may return before they finish."""
 
-    @abstractmethod
-    def device_handles(self) -> Sequence[tuple[Any, Capabilities]]:
-        """Enumerate devices as (backend handle, capabilities) pairs."""
-
-    def device_priority(self, capabilities: Capabilities, backend_priority: int) -> int:
-        """Priority of one device; a backend may rank device kinds differently."""
-        return backend_priority
-
-    def pipeline(self, device: Device) -> Sequence[Pass]:
-        """The IR passes this backend wants, in order (after the frontend's checks)."""
-        return default_pipeline()
-
-    def build_identity(self, device: Device) -> str:
-        """Everything outside the IR that changes compiled code (for the in-memory cache)."""
-        return device.capabilities.arch
-
-    # ---- memory
     @abstractmethod
     def allocate(self, device: Device, nbytes: int) -> Any: ...
 
@@ -102,21 +97,39 @@ class Backend(ABC):
     @abstractmethod
     def copy_device_to_device(self, dst: Any, src: Any, nbytes: int, stream: Any) -> None: ...
 
-    def wrap_host(self, device: Device, array: np.ndarray) -> Any | None:
-        """Zero-copy: a buffer sharing `array`'s memory, or None when not possible."""
-        return None
 
-    def sub_buffer(self, device: Device, buffer: Any, offset: int, nbytes: int) -> Any | None:
-        """A buffer for `nbytes` of `buffer` from byte `offset` (a multiple of
-        `sub_buffer_alignment`), sharing its memory, for device-array views (`a[lo:hi]`);
-        None when the backend has none."""
-        return None
+@runtime_checkable
+class ZeroCopy(Protocol):
+    """An allocator of host-memory devices: a buffer sharing a NumPy array's memory."""
+
+    def wrap_host(self, device: Device, array: np.ndarray) -> Any | None:
+        """The buffer, or None when `array` cannot be shared (e.g. not contiguous)."""
+
+
+@runtime_checkable
+class SubBuffers(Protocol):
+    """An allocator whose buffers have sub-buffers sharing their memory: device-array views
+    (`a[lo:hi]`) and the arrays kernels receive for them."""
+
+    def sub_buffer(self, device: Device, buffer: Any, offset: int, nbytes: int) -> Any:
+        """`nbytes` of `buffer` from byte `offset` (a multiple of `sub_buffer_alignment`)."""
 
     def sub_buffer_alignment(self, device: Device) -> int:
-        """The byte multiple at which sub-buffers may start (a kernel's arrays too)."""
-        return 1
+        """The byte multiple at which sub-buffers may start."""
 
-    # ---- streams and events
+
+@runtime_checkable
+class PeerCopy(Protocol):
+    """An allocator that copies between two of its backend's devices directly, queued on the
+    destination's stream and ordered after the work queued on `src_stream`."""
+
+    def copy_peer(self, dst: Any, src: Any, nbytes: int, src_stream: Any,
+                  stream: Any) -> None: ...
+
+
+class Queue(ABC):
+    """Streams (ordered work queues) and events (points in a stream, timed)."""
+
     @abstractmethod
     def create_stream(self, device: Device) -> Any: ...
 
@@ -141,38 +154,201 @@ class Backend(ABC):
             self.synchronize_stream(stream.handle)
 
 
+# ---------------------------------------------------------------- compiling and loading
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """What a `Compiler` makes of one lowered program: plain, picklable data (the kernel
+    cache keeps it on disk), loaded onto a device by the backend's `Loader`."""
+
+    entry: str
+    """The entry point's name in `source` / `binary`."""
+    params: tuple[AbiParam, ...]
+    """The parameter layout: the kernel's parameters flattened (`kiln.ir.abi`)."""
+    source: str = ""
+    binary: bytes | None = None
+    """The compiled image, or None where the loader builds it (per block shape, or from a
+    compile cache keyed by the source)."""
+    options: KernelOptions = field(default_factory=KernelOptions)
+    metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """Anything else the loader needs (a target name, build flags, ...); picklable."""
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a mappingproxy does not pickle
+        return (_compiled_kernel, (self.entry, self.params, self.source, self.binary,
+                                   self.options, dict(self.metadata)))
+
+
+def _compiled_kernel(entry: str, params: tuple[AbiParam, ...], source: str,
+                     binary: bytes | None, options: KernelOptions,
+                     metadata: dict[str, Any]) -> CompiledKernel:
+    return CompiledKernel(entry, params, source, binary, options, MappingProxyType(metadata))
+
+
+class Compiler(ABC):
+    """Lowered program + device + options -> a `CompiledKernel` (JIT backends)."""
+
+    @abstractmethod
+    def generate_source(self, program: Program) -> str:
+        """The source code for a lowered program (what `kiln compile` prints)."""
+
+    @abstractmethod
+    def compile(self, program: Program, device: Device,
+                options: KernelOptions) -> CompiledKernel: ...
+
+
+class Launchable(Protocol):
+    """A kernel bound to a device, ready to run: what a `Loader` (JIT) or a `CustomBackend`
+    returns, and what `RawKernels.load_raw` returns."""
+
+    def launch(self, grid: Dim3, block: Dim3, args: Sequence[Any], stream: Any) -> None: ...
+
+
+class Loader(ABC):
+    """A `CompiledKernel` -> a `Launchable` bound to one device (OCANNL's link)."""
+
+    @abstractmethod
+    def load(self, compiled: CompiledKernel, device: Device) -> Launchable: ...
+
+
+@runtime_checkable
+class FastLaunch(Protocol):
+    """A launchable with its own fast path: the executor remembers, per launch
+    configuration, `launch_target(...)` and calls it with each later launch's arguments
+    (scalars as the user's checked Python numbers; the target converts them)."""
+
+    def launch_target(self, grid: Dim3, block: Dim3, args: Sequence[Any],
+                      stream: Any) -> Callable[[Sequence[Any]], None]: ...
+
+
+@runtime_checkable
+class PreparesLaunch(Protocol):
+    """A launchable that packs a launch once: `kernel.prepare(...)` calls the result."""
+
+    def prepare_launch(self, grid: Dim3, block: Dim3, args: Sequence[Any],
+                       stream: Any) -> Callable[[], None]: ...
+
+
+# ---------------------------------------------------------------- optional backend protocols
+
+
+@runtime_checkable
+class Partitionable(Protocol):
+    """Devices that split into sub-devices (`Device.split`: OpenCL's device fission,
+    OCANNL's multicore backend), each with part of the compute units and its own queues,
+    sharing the parent's memory."""
+
+    def partition(self, device: Device, parts: int) -> Sequence[tuple[Any, Capabilities]]:
+        """`parts` (handle, capabilities) pairs, one per sub-device."""
+        ...
+
+
+@runtime_checkable
+class RawKernels(Protocol):
+    """`kiln.RawKernel`: hand-written source or a binary module, launched as is."""
+
+    def load_raw(self, code: str | bytes, name: str, device: Device,
+                 options: KernelOptions) -> Launchable: ...
+
+
+@runtime_checkable
+class GraphCapture(Protocol):
+    """`kiln.graph()`: record the launches queued on a stream, replay them with one call."""
+
+    def begin_capture(self, stream: Any) -> None: ...
+
+    def end_capture(self, stream: Any) -> Any: ...
+
+    def launch_graph(self, graph: Any, stream: Any) -> None: ...
+
+
+@runtime_checkable
+class CudaArrayInterop(Protocol):
+    """`DeviceArray.__cuda_array_interface__` for arrays of this backend."""
+
+    def cuda_array_interface(self, array: Any) -> dict[str, Any]:
+        """`array` is a `kiln.DeviceArray` of this backend."""
+
+
+@runtime_checkable
+class DLPackInterop(Protocol):
+    """`DeviceArray.__dlpack__` / `__dlpack_device__` for arrays of this backend."""
+
+    def dlpack(self, array: Any, stream: Any) -> Any: ...
+
+    def dlpack_device(self, array: Any) -> tuple[int, int]: ...
+
+
+_SUPPORTS: dict[tuple[type, type], bool] = {}
+
+
+def supports(obj: object, protocol: type[P]) -> TypeGuard[P]:
+    """Whether `obj` implements the optional `protocol`: `isinstance`, remembered per class
+    (capabilities are declared by classes; a protocol check costs 20-50 us on Python 3.11,
+    a lookup here 0.1 us)."""
+    key = (type(obj), protocol)
+    found = _SUPPORTS.get(key)
+    if found is None:
+        found = _SUPPORTS[key] = isinstance(obj, protocol)
+    return found
+
+
+# ---------------------------------------------------------------- the backend
+
+
+class Backend(ABC):
+    """The contract every backend implements; see the module docstring."""
+
+    name: ClassVar[str]
+    priority: ClassVar[int] = 0
+    """Default priority when registered without one (higher wins `kiln.device()`)."""
+    execution_model: ClassVar[ExecutionModel]
+    allocator: Allocator
+    queue: Queue
+    intrinsic_namespaces: ClassVar[tuple[str, ...]] = ()
+    """Where this backend's intrinsic implementations live in the registry, most specific first."""
+    supports_recursion: ClassVar[bool] = False
+    """Whether device functions may call themselves (directly or through others) natively;
+    where not, the shared pipeline inlines recursion to the depth the user sets."""
+
+    @abstractmethod
+    def availability(self) -> Availability:
+        """Whether the backend can run here, and if not why. Must not raise."""
+
+    @abstractmethod
+    def device_handles(self) -> Sequence[tuple[Any, Capabilities]]:
+        """Enumerate devices as (backend handle, capabilities) pairs."""
+
+    def device_priority(self, capabilities: Capabilities, backend_priority: int) -> int:
+        """Priority of one device; a backend may rank device kinds differently."""
+        return backend_priority
+
+    codegen_passes: ClassVar[tuple[Pass, ...]] = ()
+    """Passes this backend's code generator needs after the shared ones, whatever the device
+    (also when code is generated without one: `kiln compile`, `kiln build`)."""
+
+    def pipeline(self, device: Device) -> Sequence[Pass]:
+        """The IR passes this backend wants, in order (after the frontend's checks): the full
+        shared pipeline for `device` (feature check, recursion bounding, lowering of
+        aggregates and warps, ...), then `codegen_passes`. Override to add or drop passes."""
+        return [*pipeline_for(device), *self.codegen_passes]
+
+    def build_identity(self, device: Device) -> str:
+        """Everything outside the IR that changes compiled code (for the in-memory cache)."""
+        return device.capabilities.arch
+
+
 class JITBackend(Backend):
+    """Generates code, compiles, loads and launches: `compiler` and `loader` parts."""
+
     execution_model = ExecutionModel.JIT
-
-    @abstractmethod
-    def generate_source(self, program: Program) -> str: ...
-
-    @abstractmethod
-    def compile(self, source: str, device: Device, options: KernelOptions) -> Any: ...
-
-    def link(self, code: Any, device: Device) -> Any:
-        """Bind compiled code to a device (default: the code is the routine)."""
-        return code
-
-    def export_code(self, code: Any, source: str, options: KernelOptions) -> Any:
-        """Opt in to the kernel cache (`kiln.execution.kernelcache`): a picklable form of
-        `code` (compiled from `source` with `options`) that `import_code` turns back into
-        code in a later process, which then skips the frontend, the passes and code
-        generation. A backend whose `compile` finds binaries by their source in the compile
-        cache may return `(source, options)` and compile again on import. None keeps this
-        code out; a backend that does not override this is not cached that way."""
-        return None
-
-    def import_code(self, exported: Any, device: Device) -> Any:
-        """Compiled code again, from what `export_code` returned (in another process)."""
-        raise NotImplementedError(f"the {self.name} backend does not export code")
-
-    @abstractmethod
-    def launch(self, routine: Any, grid: Dim3, block: Dim3, args: Sequence[Any],
-               stream: Any) -> None: ...
+    compiler: Compiler
+    loader: Loader
 
 
 class DirectBackend(Backend):
+    """Executes the lowered IR with host machinery: no code, no toolchain."""
+
     execution_model = ExecutionModel.DIRECT
 
     @abstractmethod
@@ -180,9 +356,24 @@ class DirectBackend(Backend):
                 stream: Any) -> None: ...
 
 
+@dataclass(frozen=True)
+class KernelRequest:
+    """What a CUSTOM backend receives instead of IR: the kernel as the user wrote it."""
+
+    name: str
+    pyfunc: Callable[..., Any]
+    """The Python function (`kiln.frontend.build_program(pyfunc, arg_types)` gives kiln's
+    IR for it, should the backend want it)."""
+    arg_types: tuple[Type, ...]
+    options: KernelOptions
+
+
 class CustomBackend(Backend):
+    """Receives the kernel before the frontend and owns compilation and caching."""
+
     execution_model = ExecutionModel.CUSTOM
 
     @abstractmethod
-    def run(self, program: Program, grid: Dim3, block: Dim3, args: Sequence[Any],
-            stream: Any) -> None: ...
+    def load_kernel(self, request: KernelRequest, device: Device) -> Launchable:
+        """A launchable for one argument-type signature on `device` (the executor keeps it
+        per kernel, signature and device; the launchable receives grid and block)."""

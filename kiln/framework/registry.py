@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .backend import Availability, Backend
+from ..ir.passes import pipeline_for
+from .backend import (
+    Allocator,
+    Availability,
+    Backend,
+    Capabilities,
+    Compiler,
+    ExecutionModel,
+    JITBackend,
+    Loader,
+    Pass,
+    Queue,
+)
 
 if TYPE_CHECKING:
     from ..runtime.device import Device
@@ -62,8 +75,9 @@ class BackendRegistry:
         self._entries: dict[str, BackendEntry] = {}
         self._discovered = False
 
-    def register(self, backend: Backend, priority: int = 0) -> BackendEntry:
-        entry = BackendEntry(backend, priority)
+    def register(self, backend: Backend, priority: int | None = None) -> BackendEntry:
+        check_contract(backend)
+        entry = BackendEntry(backend, backend.priority if priority is None else priority)
         self._entries[backend.name] = entry
         return entry
 
@@ -92,7 +106,7 @@ class BackendRegistry:
                 self._entries[label] = BackendEntry(_Broken(label, str(exc)), 0)
             return
         if isinstance(obj, Backend) and obj.name not in self._entries:
-            self.register(obj, getattr(obj, "priority", 0))
+            self.register(obj)
 
     def entries(self) -> list[BackendEntry]:
         self._discover()
@@ -109,9 +123,7 @@ class BackendRegistry:
 class _Broken(Backend):
     """Stands in for a backend whose module failed to import, to report why."""
 
-    from .backend import ExecutionModel as _EM
-
-    execution_model = _EM.CUSTOM
+    execution_model = ExecutionModel.Undefined
 
     def __init__(self, name: str, reason: str) -> None:
         self.name = name  # type: ignore[misc]
@@ -120,20 +132,40 @@ class _Broken(Backend):
     def availability(self) -> Availability:
         return Availability(False, f"failed to import: {self._reason}")
 
-    def device_handles(self):  # pragma: no cover - never called when unavailable
+    def device_handles(self) -> Sequence[tuple[Any, Capabilities]]:
         return []
 
-    def _unavailable(self, *args, **kwargs):  # pragma: no cover
-        raise RuntimeError(self._reason)
 
-    allocate = copy_host_to_device = copy_device_to_host = copy_device_to_device = _unavailable
-    create_stream = synchronize_stream = create_event = record_event = _unavailable
-    synchronize_event = elapsed_ms = _unavailable
+def check_contract(backend: Backend) -> None:
+    """A backend missing a part of the contract is a TypeError at registration, naming it."""
+    if not isinstance(backend, Backend):
+        raise TypeError(f"register_backend takes a kiln.Backend, got {backend!r}")
+    parts: dict[str, tuple[type, Callable[[], Any]]] = {
+        "allocator": (Allocator, lambda: backend.allocator),
+        "queue": (Queue, lambda: backend.queue)}
+    if isinstance(backend, JITBackend):
+        jit = backend
+        parts.update(compiler=(Compiler, lambda: jit.compiler), loader=(Loader, lambda: jit.loader))
+    for attr, (part, read) in parts.items():
+        try:
+            value = read()
+        except AttributeError:
+            value = None
+        if not isinstance(value, part):
+            raise TypeError(f"backend {backend.name!r} needs a `{attr}`: a "
+                            f"kiln.{part.__name__} (see docs/backends.md), got {value!r}")
 
 
 registry = BackendRegistry()
 
 
-def register_backend(backend: Backend, priority: int = 0) -> None:
-    """Register a backend object; higher priority wins when choosing a default device."""
+def target_pipeline(backend: Backend) -> Sequence[Pass]:
+    """For code generated without a device (`kiln build` for another machine): the shared
+    passes that need no device, then the backend's `codegen_passes`."""
+    return [*pipeline_for(None), *backend.codegen_passes]
+
+
+def register_backend(backend: Backend, priority: int | None = None) -> None:
+    """Register a backend object; higher priority (default: the backend's `priority`) wins
+    when choosing a default device."""
     registry.register(backend, priority)

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..framework.backend import (
+    CudaArrayInterop,
+    DLPackInterop,
+    PeerCopy,
+    SubBuffers,
+    ZeroCopy,
+    supports,
+)
 from ..ir.types import SCALAR_BY_DTYPE, ScalarType, VectorType
 from ..lang.records import kiln_type_of
 from .device import DeviceNotFoundError
@@ -59,31 +67,31 @@ class DeviceArray:
     def __repr__(self) -> str:
         return f"<kiln.DeviceArray shape={self.shape} dtype={self.dtype} on {self.device.name}>"
 
-    # Interop: exported when the array's backend implements the optional methods
-    # `cuda_array_interface(array)`, `dlpack(array, stream)` and `dlpack_device(array)`.
+    # Interop: exported when the array's backend implements the optional protocols
+    # `CudaArrayInterop` and `DLPackInterop` (kiln.framework.backend).
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        export = getattr(self.device.backend, "cuda_array_interface", None)
-        if export is None:
+        backend = self.device.backend
+        if not supports(backend, CudaArrayInterop):
             raise AttributeError(f"arrays of {self.device.name} are not in CUDA memory")
-        return export(self)
+        return backend.cuda_array_interface(self)
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                     copy: bool | None = None) -> Any:
-        export = getattr(self.device.backend, "dlpack", None)
+        backend = self.device.backend
         if isinstance(self, DeviceArrayView):
             raise BufferError(f"this view does not export DLPack ({self.launch_problem}); "
                               "export view.copy()")
-        if export is None or copy:
+        if not supports(backend, DLPackInterop) or copy:
             raise BufferError(f"arrays of {self.device.name} do not export DLPack"
-                              + (" copies" if export else ""))
-        return export(self, stream)
+                              + (" copies" if supports(backend, DLPackInterop) else ""))
+        return backend.dlpack(self, stream)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        export = getattr(self.device.backend, "dlpack_device", None)
-        if export is None:
+        backend = self.device.backend
+        if not supports(backend, DLPackInterop):
             raise BufferError(f"arrays of {self.device.name} do not export DLPack")
-        return export(self)
+        return backend.dlpack_device(self)
 
     def copy_to_host(self, out: np.ndarray | None = None, stream: Stream | None = None
                      ) -> np.ndarray:
@@ -92,7 +100,7 @@ class DeviceArray:
         if out is None:
             out = np.empty(self.shape, self.dtype)
         target = out if out.flags.c_contiguous else np.empty(self.shape, self.dtype)
-        self.device.backend.copy_device_to_host(target, self.buffer, stream.handle)
+        self.device.backend.allocator.copy_device_to_host(target, self.buffer, stream.handle)
         stream.synchronize()
         if target is not out:
             out[...] = target
@@ -106,7 +114,7 @@ class DeviceArray:
         """A new C-contiguous device array with this one's contents."""
         out = empty(self.shape, self.dtype, self.device)
         stream = self.device.default_stream
-        self.device.backend.copy_device_to_device(out.buffer, self.buffer, self.nbytes,
+        self.device.backend.allocator.copy_device_to_device(out.buffer, self.buffer, self.nbytes,
                                                   stream.handle)
         return out
 
@@ -130,7 +138,7 @@ class DeviceArray:
         src = np.ascontiguousarray(src, dtype=self.dtype)
         if src.shape != self.shape:
             raise ValueError(f"shape {src.shape} does not match the device array's {self.shape}")
-        self.device.backend.copy_host_to_device(self.buffer, src, stream.handle)
+        self.device.backend.allocator.copy_host_to_device(self.buffer, src, stream.handle)
 
 
 def _unpickle(contents: np.ndarray, device_name: str) -> DeviceArray:
@@ -139,15 +147,6 @@ def _unpickle(contents: np.ndarray, device_name: str) -> DeviceArray:
     except DeviceNotFoundError:
         dev = resolve_device(None)
     return to_device(contents, dev)
-
-
-@runtime_checkable
-class PeerCopy(Protocol):
-    """Optional backend protocol: copies between two of the backend's devices, queued on
-    the destination's stream and ordered after the work queued on `src_stream`."""
-
-    def copy_peer(self, dst: Any, src: Any, nbytes: int, src_stream: Any,
-                  stream: Any) -> None: ...
 
 
 def copy_array(dst: DeviceArray, src: DeviceArray, stream: Stream | None = None) -> None:
@@ -164,11 +163,11 @@ def copy_array(dst: DeviceArray, src: DeviceArray, stream: Stream | None = None)
     if stream.device is not dst.device:
         raise ValueError(f"the copy's stream is on {stream.device.name}, but the destination "
                          f"array is on {dst.device.name}")
-    backend = dst.device.backend
+    backend, allocator = dst.device.backend, dst.device.backend.allocator
     if src.device is dst.device:
-        backend.copy_device_to_device(dst.buffer, src.buffer, src.nbytes, stream.handle)
-    elif src.device.backend is backend and isinstance(backend, PeerCopy):
-        backend.copy_peer(dst.buffer, src.buffer, src.nbytes,
+        allocator.copy_device_to_device(dst.buffer, src.buffer, src.nbytes, stream.handle)
+    elif src.device.backend is backend and supports(allocator, PeerCopy):
+        allocator.copy_peer(dst.buffer, src.buffer, src.nbytes,
                           src.device.default_stream.handle, stream.handle)
     else:
         dst.copy_from_host(src.copy_to_host(), stream)
@@ -202,7 +201,7 @@ def empty(shape: int | tuple[int, ...], dtype: Any = np.float32,
     dev = resolve_device(device)
     dims, dt = _layout(shape, dtype)
     nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
-    return DeviceArray(dev, dims, dt, dev.backend.allocate(dev, nbytes))
+    return DeviceArray(dev, dims, dt, dev.backend.allocator.allocate(dev, nbytes))
 
 
 def to_device(array: Any, device: Device | str | None = None,
@@ -233,7 +232,7 @@ def as_device_array(array: np.ndarray, device: Device | str | None = None) -> De
     why = ("it is not C-contiguous" if not array.flags.c_contiguous
            else "it is read-only" if not array.flags.writeable
            else "it is not aligned" if not array.flags.aligned else "")
-    shared = None if why else dev.backend.wrap_host(dev, array)
+    shared = None if why else _share(dev, array)
     if shared is None:
         raise ValueError(
             f"kiln.as_device_array: {dev.name} cannot share this array's memory ("
@@ -241,11 +240,23 @@ def as_device_array(array: np.ndarray, device: Device | str | None = None) -> De
     return DeviceArray(dev, array.shape, array.dtype, shared, array)
 
 
+def _share(device: Device, array: np.ndarray) -> Any | None:
+    """A buffer sharing `array`'s memory where the device's allocator can (`ZeroCopy`)."""
+    allocator = device.backend.allocator
+    return allocator.wrap_host(device, array) if supports(allocator, ZeroCopy) else None
+
+
+def _alignment(device: Device) -> int:
+    """The byte multiple at which the device's sub-buffers (and kernels' arrays) start."""
+    allocator = device.backend.allocator
+    return allocator.sub_buffer_alignment(device) if supports(allocator, SubBuffers) else 1
+
+
 def stage_host(array: np.ndarray, device: Device, stream: Stream | None = None) -> DeviceArray:
     """A NumPy launch argument on the device: shared where the device can (the launch
     copies written arguments back either way, so sharing only saves the copies)."""
     if array.flags.c_contiguous:
-        shared = device.backend.wrap_host(device, array)
+        shared = _share(device, array)
         if shared is not None:
             return DeviceArray(device, array.shape, array.dtype, shared, array)
     return to_device(array, device, stream)
@@ -302,7 +313,7 @@ class DeviceArrayView(DeviceArray):
             return f"it is not C-contiguous (strides {self.strides})"
         return (f"it starts at byte {self.offset} of its array, and "
                     f"{self.device.name} points kernels only at multiples of "
-                    f"{self.device.backend.sub_buffer_alignment(self.device)} bytes")
+                    f"{_alignment(self.device)} bytes")
 
     def __repr__(self) -> str:
         return (f"<kiln.DeviceArrayView shape={self.shape} strides={self.strides} "
@@ -312,7 +323,7 @@ class DeviceArrayView(DeviceArray):
                      ) -> np.ndarray:
         stream = stream or self.device.default_stream
         raw = np.empty(self.span, np.uint8)
-        self.device.backend.copy_device_to_host(raw, self.buffer, stream.handle)
+        self.device.backend.allocator.copy_device_to_host(raw, self.buffer, stream.handle)
         stream.synchronize()
         values = np.lib.stride_tricks.as_strided(raw[self.skip:].view(self.dtype), self.shape,
                                                  self.strides)
@@ -368,12 +379,13 @@ def view_of(array: DeviceArray, key: Any) -> DeviceArray:
     shape, itemsize = picked.shape, array.dtype.itemsize
     extent = (itemsize + sum((n - 1) * s for n, s in zip(shape, picked.strides))
               if 0 not in shape else 0)
-    backend, dev = root.device.backend, root.device
-    skip = offset % backend.sub_buffer_alignment(dev)
+    dev = root.device
+    allocator, skip = dev.backend.allocator, offset % _alignment(dev)
     buffer = (root.buffer if offset - skip == 0 and skip + extent == root.nbytes
-              else backend.sub_buffer(dev, root.buffer, offset - skip, skip + extent))
+              else allocator.sub_buffer(dev, root.buffer, offset - skip, skip + extent)
+              if supports(allocator, SubBuffers) else None)
     if buffer is None:
-        raise ValueError(f"{dev.name} cannot view its arrays (the {backend.name} backend has "
+        raise ValueError(f"{dev.name} cannot view its arrays (the {dev.backend.name} backend has "
                          "no sub-buffers): copy to the host with .numpy()")
     if skip == 0 and (picked.flags.c_contiguous or extent == 0):
         return DeviceArray(dev, shape, array.dtype, buffer, None, root, offset)

@@ -5,26 +5,15 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from ..framework.backend import Backend, Capabilities
+from ..framework.backend import Backend, Capabilities, Partitionable, supports
 from ..framework.registry import BackendEntry, registry
 from ..stdio import flush as flush_c_stdout
 
 if TYPE_CHECKING:
     from .status import StatusWatch
-
-
-@runtime_checkable
-class Partitionable(Protocol):
-    """Optional backend protocol: devices that split into sub-devices (OpenCL's device
-    fission, OCANNL's multicore backend), each with part of the compute units and its
-    own queues, sharing the parent's memory."""
-
-    def partition(self, device: Device, parts: int) -> Sequence[tuple[Any, Capabilities]]:
-        """`parts` (handle, capabilities) pairs, one per sub-device."""
-        ...
 
 
 class Device:
@@ -51,7 +40,7 @@ class Device:
         """This device as `parts` sub-devices that run their launches concurrently, each on
         its share of the compute units (the cpu backend splits its OpenMP threads). Arrays
         of one part are in memory the others can copy from directly."""
-        if not isinstance(self.backend, Partitionable):
+        if not supports(self.backend, Partitionable):
             raise ValueError(f"{self.name} cannot be split: the {self.backend.name} backend "
                              "does not partition its devices")
         if self.part is not None:
@@ -74,7 +63,7 @@ class Device:
 
     def synchronize(self) -> None:
         """Wait for all work queued on this device (and raise a failed run-time check)."""
-        self.backend.synchronize_device(self)
+        self.backend.queue.synchronize_device(self)
         flush_c_stdout()
         raise_failed([watch for stream in list(self.streams) for watch in stream.take_pending()])
 
@@ -84,13 +73,13 @@ class Stream:
 
     def __init__(self, device: Device | None = None) -> None:
         self.device = device or default_device()
-        self.handle = self.device.backend.create_stream(self.device)
+        self.handle = self.device.backend.queue.create_stream(self.device)
         self.device.streams.add(self)
         self.pending: dict[int, StatusWatch] = {}  # launches with run-time checks
 
     def synchronize(self) -> None:
         """Wait for the work queued on this stream (and raise a failed run-time check)."""
-        self.device.backend.synchronize_stream(self.handle)
+        self.device.backend.queue.synchronize_stream(self.handle)
         flush_c_stdout()
         raise_failed(self.take_pending())
 
@@ -111,13 +100,13 @@ class Event:
 
     def __init__(self, device: Device | None = None) -> None:
         self.device = device or default_device()
-        self.handle = self.device.backend.create_event(self.device)
+        self.handle = self.device.backend.queue.create_event(self.device)
         self._recorded = False
         self._watches: list[StatusWatch] = []
 
     def record(self, stream: Stream | None = None) -> Event:
         stream = stream or self.device.default_stream
-        self.device.backend.record_event(self.handle, stream.handle)
+        self.device.backend.queue.record_event(self.handle, stream.handle)
         self._recorded = True
         self._watches = list(stream.pending.values())
         return self
@@ -125,7 +114,7 @@ class Event:
     def synchronize(self) -> None:
         """Wait for the work before the event (and raise a failed run-time check of the
         launches before it; reading their status waits for the stream's work)."""
-        self.device.backend.synchronize_event(self.handle)
+        self.device.backend.queue.synchronize_event(self.handle)
         flush_c_stdout()
         watches, self._watches = self._watches, []
         raise_failed(watches)
@@ -137,7 +126,7 @@ class Event:
         if not (self._recorded and end._recorded):
             raise RuntimeError("both events must be recorded before elapsed_time: "
                                "start.record(); ...; end.record(); start.elapsed_time(end)")
-        ms = self.device.backend.elapsed_ms(self.handle, end.handle)
+        ms = self.device.backend.queue.elapsed_ms(self.handle, end.handle)
         if ms < 0:
             raise ValueError(f"the end event completed {-ms:.3f} ms before the start: call "
                              "start.elapsed_time(end) (this event is the start)")

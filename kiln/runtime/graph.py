@@ -5,15 +5,16 @@
             step[grid, block](x, y)      # recorded, not run
     g.launch()                           # runs all 100 launches (CUDA graphs on cuda)
 
-A backend supports it with `begin_capture(stream)`, `end_capture(stream) -> graph` and
-`launch_graph(graph, stream)`. The arguments are fixed when recorded; their contents are
-read when the graph runs.
+A backend supports it by implementing the `GraphCapture` protocol (`begin_capture(stream)`,
+`end_capture(stream) -> graph`, `launch_graph(graph, stream)`). The arguments are fixed
+when recorded; their contents are read when the graph runs.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..framework.backend import GraphCapture, supports
 from .device import Device, Stream
 from .device import device as resolve_device
 
@@ -21,17 +22,18 @@ from .device import device as resolve_device
 class Graph:
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
-        self.backend = stream.device.backend
-        if not hasattr(self.backend, "begin_capture"):
-            raise NotImplementedError(f"backend {self.backend.name!r} cannot record graphs")
+        backend = stream.device.backend
+        if not supports(backend, GraphCapture):
+            raise NotImplementedError(f"backend {backend.name!r} cannot record graphs")
+        self.backend: GraphCapture = backend
         self.handle: Any = None
 
     def __enter__(self) -> Graph:
-        self.backend.begin_capture(self.stream.handle)  # type: ignore[attr-defined]
+        self.backend.begin_capture(self.stream.handle)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        handle = self.backend.end_capture(self.stream.handle)  # type: ignore[attr-defined]
+        handle = self.backend.end_capture(self.stream.handle)
         if exc_type is None:
             self.handle = handle
 
@@ -39,8 +41,7 @@ class Graph:
         """Run the recorded launches (asynchronously) on `stream` (default: the recording one)."""
         if self.handle is None:
             raise RuntimeError("the graph was not recorded (use `with kiln.graph(...) as g:`)")
-        self.backend.launch_graph(self.handle,  # type: ignore[attr-defined]
-                                  (stream or self.stream).handle)
+        self.backend.launch_graph(self.handle, (stream or self.stream).handle)
 
 
 def graph(where: Device | Stream | str | None = None) -> Graph:

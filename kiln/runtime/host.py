@@ -11,8 +11,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from ..framework.backend import Allocator, Queue
+
+if TYPE_CHECKING:
+    from .device import Device
+
 
 
 class HostStream:
@@ -86,41 +93,42 @@ def host_memory_bytes() -> int:
         return 0
 
 
-class HostMemoryMixin:
-    """Memory, streams and events of a backend whose device memory is host memory.
+class HostAllocator(Allocator):
+    """Memory of a device that is the host: buffers are flat uint8 NumPy arrays, copies are
+    ordered on the stream, NumPy arrays are shared without a copy (`ZeroCopy`), views are
+    slices (`SubBuffers`) and copies between host devices are direct (`PeerCopy`)."""
 
-    Buffers are flat uint8 NumPy arrays; copies are ordered on the stream.
-    """
-
-    def allocate(self, device, nbytes: int):
+    def allocate(self, device: Device, nbytes: int) -> np.ndarray:
         return np.empty(max(nbytes, 1), dtype=np.uint8)
 
-    def wrap_host(self, device, array):
+    def wrap_host(self, device: Device, array: np.ndarray) -> np.ndarray | None:
         if array.flags.c_contiguous and array.flags.writeable and array.flags.aligned:
             return array.reshape(-1).view(np.uint8)
         return None
 
-    def sub_buffer(self, device, buffer, offset: int, nbytes: int):
+    def sub_buffer(self, device: Device, buffer: np.ndarray, offset: int,
+                   nbytes: int) -> np.ndarray:
         return buffer[offset:offset + nbytes]
 
-    def sub_buffer_alignment(self, device) -> int:
+    def sub_buffer_alignment(self, device: Device) -> int:
         return 1
 
-    def copy_host_to_device(self, dst, src, stream: HostStream) -> None:
+    def copy_host_to_device(self, dst: np.ndarray, src: np.ndarray, stream: HostStream) -> None:
         data = src.reshape(-1).view("uint8").copy()
         stream.enqueue(lambda: dst.__setitem__(slice(0, data.size), data))
 
-    def copy_device_to_host(self, dst, src, stream: HostStream) -> None:
+    def copy_device_to_host(self, dst: np.ndarray, src: np.ndarray, stream: HostStream) -> None:
         flat = dst.reshape(-1).view("uint8")
         stream.enqueue(lambda: flat.__setitem__(slice(None), src[: flat.size]))
 
-    def copy_device_to_device(self, dst, src, nbytes: int, stream: HostStream) -> None:
+    def copy_device_to_device(self, dst: np.ndarray, src: np.ndarray, nbytes: int,
+                              stream: HostStream) -> None:
         stream.enqueue(lambda: dst.__setitem__(slice(0, nbytes), src[:nbytes]))
 
-    def copy_peer(self, dst, src, nbytes: int, src_stream: HostStream,
-                  stream: HostStream) -> None:
-        """Between two devices in host memory: queued on `stream`, after an event that
-        `src_stream` reaches once the work queued on it before the copy is done."""
+    def copy_peer(self, dst: np.ndarray, src: np.ndarray, nbytes: int,
+                  src_stream: HostStream, stream: HostStream) -> None:
+        """Between two devices in host memory (`PeerCopy`): queued on `stream`, after an
+        event that `src_stream` reaches once the work queued on it before the copy is done."""
         ready = HostEvent()
         ready.record(src_stream)
 
@@ -130,13 +138,17 @@ class HostMemoryMixin:
 
         stream.enqueue(copy)
 
-    def create_stream(self, device) -> HostStream:
+
+class HostQueue(Queue):
+    """Streams of a host device: each a `HostStream` worker thread; events are stamps."""
+
+    def create_stream(self, device: Device) -> HostStream:
         return HostStream(f"kiln-{device.name}")
 
     def synchronize_stream(self, stream: HostStream) -> None:
         stream.synchronize()
 
-    def create_event(self, device) -> HostEvent:
+    def create_event(self, device: Device) -> HostEvent:
         return HostEvent()
 
     def record_event(self, event: HostEvent, stream: HostStream) -> None:

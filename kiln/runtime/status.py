@@ -38,10 +38,10 @@ class StatusWatch:
         must be synchronised."""
         backend, handle = self.stream.device.backend, self.stream.handle
         code = np.zeros(1, np.int32)
-        backend.copy_device_to_host(code, self.array.buffer, handle)
-        backend.synchronize_stream(handle)
+        backend.allocator.copy_device_to_host(code, self.array.buffer, handle)
+        backend.queue.synchronize_stream(handle)
         if not code[0]:
             return None
-        backend.copy_host_to_device(self.array.buffer, np.zeros(1, np.int32), handle)
-        backend.synchronize_stream(handle)
+        backend.allocator.copy_host_to_device(self.array.buffer, np.zeros(1, np.int32), handle)
+        backend.queue.synchronize_stream(handle)
         return self.checks[int(code[0]) - 1]

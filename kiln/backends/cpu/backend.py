@@ -8,22 +8,30 @@ import platform
 import struct
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ...codegen.abi import AbiParam, abi_values, kernel_abi
+from ...codegen.compiler import SourceCompiler
 from ...codegen.diagnostics import compile_error
-from ...framework.backend import Availability, Capabilities, DeviceKind, Dim3, JITBackend
+from ...framework.backend import (
+    Availability,
+    Capabilities,
+    CompiledKernel,
+    DeviceKind,
+    Dim3,
+    JITBackend,
+    Loader,
+)
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
 from ...framework.cache import CacheEntry, CompileCache, cache_key
+from ...ir.abi import AbiParam, abi_values
 from ...ir.intrinsics import atomic_capabilities
-from ...ir.nodes import Program
-from ...ir.passes import Pass, lower_thread_loops, pipeline_for, widen_index_arithmetic
+from ...ir.passes import lower_thread_loops, widen_index_arithmetic
 from ...options import DEFAULT_OPTIONS, KernelOptions
 from ...runtime.device import Device
-from ...runtime.host import HostMemoryMixin, HostStream, host_memory_bytes
+from ...runtime.host import HostAllocator, HostQueue, HostStream, host_memory_bytes
 from .dialect import BLOCK_DIMS, SLOT, CpuEmitter
 from .toolchain import OPTION_FLAGS, compile_command, toolchain
 
@@ -56,28 +64,72 @@ class CpuBinary:
     path: Path
 
 
-class CpuKernel:
-    """A compiled kernel: its source, ABI and build environment, and a binary per block
-    shape, built (or loaded from the cache) on the first launch with that shape."""
+class CpuCompiler(SourceCompiler):
+    """C11 + OpenMP from the shared emitter; binaries are built by the loader, per block
+    shape (the block shape is a compile-time constant of the generated C)."""
 
-    def __init__(self, backend: CpuBackend, source: str, abi: list[AbiParam], env: BuildEnv,
-                 options: KernelOptions) -> None:
-        self.backend, self.source, self.abi, self.env = backend, source, abi, env
-        self.options = options
-        self.layout = launch_format(abi)
-        self.name = _kernel_name(source)
+    emitter = CpuEmitter
+
+
+class CpuKernel:
+    """A loaded kernel (`Launchable`): its binary per block shape, built (or found in the
+    compile cache) at the first launch with that shape."""
+
+    def __init__(self, compiled: CompiledKernel, cache: CompileCache, env: BuildEnv,
+                 team_size: Callable[[Dim3, Dim3, int], int]) -> None:
+        self.compiled, self.cache, self.env, self.team_size = compiled, cache, env, team_size
+        self.layout = launch_format(compiled.params)
         self.binaries: dict[Dim3, CpuBinary] = {}
 
     def binary(self, block: Dim3) -> CpuBinary:
         found = self.binaries.get(block)
         if found is None:
             env = self.env.with_flags(*(f"-D{n}={d}" for n, d in zip(BLOCK_DIMS, block)))
-            key = cache_key("cpu", self.source, env, toolchain().arch, self.options)
-            label = f"{self.name} (block {block[0]}x{block[1]}x{block[2]})"
-            found = self.backend.cache.get_or_build(
-                key, lambda: _compile(env, self.source), _load, label)
+            source = self.compiled.source
+            key = cache_key("cpu", source, env, toolchain().arch, self.compiled.options)
+            name = self.compiled.metadata.get("kernel", self.compiled.entry)
+            label = f"{name} (block {block[0]}x{block[1]}x{block[2]})"
+            found = self.cache.get_or_build(key, lambda: _compile(env, source), _load, label)
             self.binaries[block] = found
         return found
+
+    def launch(self, grid: Dim3, block: Dim3, args: Sequence[Any], stream: HostStream) -> None:
+        entry = self.binary(block).entry
+        values = abi_values(self.compiled.params, args, lambda a: a.buffer.ctypes.data)
+        threads = self.team_size(grid, block, stream.threads or _num_threads())
+        packed = self.layout.pack(*values, *grid, threads)
+        keep = [a.buffer for a in args if hasattr(a, "buffer")]  # alive until the launch ran
+
+        def run() -> None:
+            entry(packed)
+            keep.clear()
+
+        stream.enqueue(run)
+
+
+class CpuLoader(Loader):
+    def __init__(self) -> None:
+        self.cache = CompileCache("cpu", ".so")
+
+    def load(self, compiled: CompiledKernel, device: Device) -> CpuKernel:
+        return CpuKernel(compiled, self.cache, build_env(compiled.options), team_size)
+
+
+class CpuQueue(HostQueue):
+    """Host streams; a sub-device's streams use its share of the OpenMP threads."""
+
+    def create_stream(self, device: Device) -> HostStream:
+        """A part of a split device runs on its share of the threads; the whole device on
+        KILN_NUM_THREADS or every core, read at each launch."""
+        threads = device.handle if device.part is not None else None
+        return HostStream(f"kiln-{device.name}", threads=threads)
+
+
+def build_env(options: KernelOptions = DEFAULT_OPTIONS) -> BuildEnv:
+    """The build environment, with the flags kernel options ask for."""
+    chosen = options.as_dict()
+    flags = [f for k, v in chosen.items() if v for f in OPTION_FLAGS.get(k, ())]
+    return toolchain().env.with_flags(*flags)
 
 
 def _num_threads() -> int:
@@ -87,7 +139,7 @@ def _num_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _team_size(grid: Dim3, block: Dim3, threads: int) -> int:
+def team_size(grid: Dim3, block: Dim3, threads: int) -> int:
     """OpenMP threads for one launch: no more than the device's threads and the blocks,
     one for a small launch."""
     blocks = grid[0] * grid[1] * grid[2]
@@ -117,17 +169,21 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-class CpuBackend(HostMemoryMixin, JITBackend):
+class CpuBackend(JITBackend):
     """Kernels compiled to C with OpenMP: blocks on cores, threads as SIMD-friendly loops."""
 
     name = "cpu"
     priority = 50
     intrinsic_namespaces = ("cpu", "c")
     supports_recursion = True  # C functions may call themselves
+    codegen_passes = (lower_thread_loops, widen_index_arithmetic)
+    """After the shared pipeline (its device feature check: f16 needs gcc's _Float16; warp
+    operations lowered for one-thread warps): the block's threads as explicit loops, with
+    index arithmetic in 64 bits for gcc's vectoriser."""
 
     def __init__(self) -> None:
-        self.cache = CompileCache("cpu", ".so")
-        self._abis: dict[str, list[AbiParam]] = {}  # generated source -> its kernel's ABI
+        self.allocator, self.queue = HostAllocator(), CpuQueue()
+        self.compiler, self.loader = CpuCompiler(), CpuLoader()
 
     def availability(self) -> Availability:
         try:
@@ -151,78 +207,14 @@ class CpuBackend(HostMemoryMixin, JITBackend):
         return [(threads, caps)]
 
     def partition(self, device: Device, parts: int) -> list[tuple[int, Capabilities]]:
-        """Sub-devices with a share of the device's OpenMP threads each; a launch on one
-        runs its blocks on that many threads, beside launches on the others."""
+        """Sub-devices (`Partitionable`) with a share of the device's OpenMP threads each; a
+        launch on one runs its blocks on that many threads, beside launches on the others."""
         threads: int = device.handle
         shares = [threads // parts + (k < threads % parts) for k in range(parts)]
         return [(share, replace(device.capabilities, compute_units=share)) for share in shares]
 
-    def create_stream(self, device: Device) -> HostStream:
-        """A part of a split device runs on its share of the threads; the whole device on
-        KILN_NUM_THREADS or every core, read at each launch."""
-        threads = device.handle if device.part is not None else None
-        return HostStream(f"kiln-{device.name}", threads=threads)
-
-    def pipeline(self, device: Any) -> Sequence[Pass]:
-        """The shared pipeline (with the device feature check: f16 needs gcc's _Float16;
-        warp operations lowered for one-thread warps), then the block's threads as
-        explicit loops, with index arithmetic in 64 bits for gcc's vectoriser."""
-        return [*pipeline_for(device), lower_thread_loops, widen_index_arithmetic]
-
-    def build_identity(self, device: Any) -> str:
-        return toolchain().env.identity + (device.capabilities.arch if device else "")
-
-    def build_env(self, options: KernelOptions | None = None) -> BuildEnv:
-        """The build environment, with the flags kernel options ask for."""
-        chosen = (options or DEFAULT_OPTIONS).as_dict()
-        flags = [f for k, v in chosen.items() if v for f in OPTION_FLAGS.get(k, ())]
-        return toolchain().env.with_flags(*flags)
-
-    # ------------------------------------------------------------ JIT
-
-    def generate_source(self, program: Program) -> str:
-        source = CpuEmitter().emit(program)
-        self._abis[source] = kernel_abi(program)
-        return source
-
-    def compile(self, source: str, device: Any, options: KernelOptions) -> CpuKernel:
-        """Binaries are built per block shape at the first launch (`CpuKernel.binary`)."""
-        abi = self._abis.get(source)
-        if abi is None:
-            raise ValueError("the cpu backend compiles only source from its generate_source")
-        return CpuKernel(self, source, abi, self.build_env(options), options)
-
-    def export_code(self, code: CpuKernel, source: str, options: KernelOptions
-                    ) -> tuple[str, list[AbiParam], KernelOptions]:
-        """For the kernel cache: the source, ABI and options (each block shape's binary is
-        then found by its source key, `CpuKernel.binary`)."""
-        return source, code.abi, options
-
-    def import_code(self, exported: tuple[str, list[AbiParam], KernelOptions],
-                    device: Any) -> CpuKernel:
-        source, abi, options = exported
-        return CpuKernel(self, source, abi, self.build_env(options), options)
-
-    def launch(self, routine: CpuKernel, grid: Dim3, block: Dim3, args: Sequence[Any],
-               stream: HostStream) -> None:
-        entry = routine.binary(block).entry
-        values = abi_values(routine.abi, args, lambda a: a.buffer.ctypes.data)
-        packed = routine.layout.pack(*values, *grid,
-                                     _team_size(grid, block, stream.threads or _num_threads()))
-        keep = [a.buffer for a in args if hasattr(a, "buffer")]  # alive until the launch ran
-
-        def run() -> None:
-            entry(packed)
-            keep.clear()
-
-        stream.enqueue(run)
-
-
-def _kernel_name(source: str) -> str:
-    for line in source.splitlines():
-        if line.startswith("static void "):
-            return line[len("static void "):].split("(", 1)[0]
-    return "kernel"
+    def build_identity(self, device: Device) -> str:
+        return toolchain().env.identity + device.capabilities.arch
 
 
 def _compile(env: BuildEnv, source: str) -> bytes:

@@ -20,7 +20,7 @@ from ...codegen.library.host import compile_object, link_library
 from ...framework.actions import ActionError
 from ...framework.backend import Dim3
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
-from .backend import MAX_THREADS_PER_BLOCK, SMALL_LAUNCH, CpuBackend
+from .backend import MAX_THREADS_PER_BLOCK, SMALL_LAUNCH, CpuBackend, build_env
 from .dialect import BLOCK_DIMS, SLOT
 from .toolchain import toolchain
 
@@ -166,10 +166,10 @@ class CpuLibrary(LibraryTarget):
     def build(self, lib: str, entries: Sequence[EntryPoint], architectures: tuple[str, ...],
               settings: dict[str, Any], work: Path, out: Path) -> dict[str, Any]:
         blocks: tuple[Dim3, ...] = tuple(settings.get("blocks") or DEFAULT_BLOCKS)
-        sources = [(self.backend.build_env(), self._host_source(lib, entries, blocks))]
+        sources = [(build_env(), self._host_source(lib, entries, blocks))]
         for e in entries:
-            kernel = self.backend.generate_source(e.kernel.program)
-            env = self.backend.build_env(e.kernel.options)
+            kernel = self.backend.compiler.generate_source(e.kernel.program)
+            env = build_env(e.kernel.options)
             sources += [(env, _variant(kernel, e.index, block)) for block in (*blocks, None)]
         objects = [self._compile_object(env, text, work / f"{lib}_{i}", architectures[0], out)
                    for i, (env, text) in enumerate(sources)]

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import contextlib
-import re
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...framework.backend import Availability, Capabilities, DeviceKind, Dim3, JITBackend, Pass
+from ...codegen.compiler import SourceCompiler
+from ...framework.backend import (
+    Allocator,
+    Availability,
+    Capabilities,
+    CompiledKernel,
+    DeviceKind,
+    JITBackend,
+    Loader,
+    Queue,
+)
 from ...framework.buildenv import BuildEnv
 from ...framework.cache import CompileCache, cache_key
 from ...ir.intrinsics import atomic_capabilities
-from ...ir.nodes import Program
-from ...ir.passes import pipeline_for
 from ...options import KernelOptions
 from . import interop, nvrtc
 from .dialect import CudaEmitter
@@ -26,7 +35,6 @@ from .memory import Buffer, PinnedStaging
 if TYPE_CHECKING:
     from ...runtime.device import Device
 
-KERNEL_ENTRY = re.compile(r'extern "C" __global__ void (\w+)\(')
 
 
 @dataclass(frozen=True)
@@ -115,13 +123,100 @@ def capabilities_of(ordinal: int) -> Capabilities:
     )
 
 
+class CudaCompiler(SourceCompiler):
+    """CUDA C++ from the shared emitter, compiled by NVRTC to a cubin for the device."""
+
+    emitter = CudaEmitter
+
+    def finish(self, kernel: CompiledKernel, device: Device) -> CompiledKernel:
+        code = compile_cached(kernel.source, kernel.entry, device.capabilities.arch,
+                              fastmath=kernel.options.fastmath)
+        return dataclasses.replace(kernel, binary=code.image, metadata=MappingProxyType(
+            {**kernel.metadata, "target": code.target}))
+
+
+class CudaLoader(Loader):
+    def load(self, compiled: CompiledKernel, device: Device) -> Routine:
+        """The cubin loaded into the device's context (`Routine` launches it)."""
+        assert compiled.binary is not None, "CudaCompiler always sets the binary"
+        context: Context = device.handle
+        return Routine(context, load_module(context, compiled.binary), compiled.entry)
+
+
+class CudaAllocator(Allocator):
+    """Device memory of one context; host copies go through pinned staging buffers; views
+    are pointer offsets (`SubBuffers`)."""
+
+    def allocate(self, device: Device, nbytes: int) -> Buffer:
+        return Buffer.allocate(device.handle, nbytes)
+
+    def sub_buffer(self, device: Device, buffer: Buffer, offset: int, nbytes: int) -> Buffer:
+        return Buffer(buffer.ptr + offset if buffer.ptr else 0, nbytes, buffer.context,
+                      owner=buffer)
+
+    def sub_buffer_alignment(self, device: Device) -> int:
+        return 1
+
+    def copy_host_to_device(self, dst: Buffer, src: np.ndarray, stream: StreamHandle) -> None:
+        if src.nbytes:
+            dst.context.activate()
+            PinnedStaging.of(dst.context).copy_to_device(dst.ptr, src, stream.stream)
+
+    def copy_device_to_host(self, dst: np.ndarray, src: Buffer, stream: StreamHandle) -> None:
+        if dst.nbytes:
+            src.context.activate()
+            check(api().cuMemcpyDtoHAsync(dst.ctypes.data, src.ptr, dst.nbytes, stream.stream),
+                  "cuMemcpyDtoHAsync")
+
+    def copy_device_to_device(self, dst: Buffer, src: Buffer, nbytes: int,
+                              stream: StreamHandle) -> None:
+        if nbytes:
+            dst.context.activate()
+            check(api().cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, stream.stream),
+                  "cuMemcpyDtoDAsync")
+
+
+class CudaQueue(Queue):
+    """CUDA streams and events of one context."""
+
+    def create_stream(self, device: Device) -> StreamHandle:
+        return StreamHandle(device.handle)
+
+    def synchronize_stream(self, stream: StreamHandle) -> None:
+        check(api().cuStreamSynchronize(stream.stream), "cuStreamSynchronize")
+
+    def create_event(self, device: Device) -> EventHandle:
+        return EventHandle(device.handle)
+
+    def record_event(self, event: EventHandle, stream: StreamHandle) -> None:
+        check(api().cuEventRecord(event.event, stream.stream), "cuEventRecord")
+
+    def synchronize_event(self, event: EventHandle) -> None:
+        check(api().cuEventSynchronize(event.event), "cuEventSynchronize")
+
+    def elapsed_ms(self, start: EventHandle, end: EventHandle) -> float:
+        return float(check(api().cuEventElapsedTime(start.event, end.event),
+                           "cuEventElapsedTime"))
+
+    def synchronize_device(self, device: Device) -> None:
+        device.handle.activate()
+        check(api().cuCtxSynchronize(), "cuCtxSynchronize")
+
+
 class CudaBackend(JITBackend):
-    """NVIDIA GPUs: CUDA C++ from the shared emitter, NVRTC to cubin, cuda-bindings driver."""
+    """NVIDIA GPUs: CUDA C++ from the shared emitter, NVRTC to cubin, cuda-bindings driver.
+
+    Optional protocols: `RawKernels`, `GraphCapture`, `CudaArrayInterop`, `DLPackInterop`;
+    its routines are `FastLaunch` and `PreparesLaunch`."""
 
     name = "cuda"
     priority = 100
     intrinsic_namespaces = CudaEmitter.namespaces
     supports_recursion = True  # device functions recurse on the thread's stack
+
+    def __init__(self) -> None:
+        self.allocator, self.queue = CudaAllocator(), CudaQueue()
+        self.compiler, self.loader = CudaCompiler(), CudaLoader()
 
     def availability(self) -> Availability:
         return probe()
@@ -130,47 +225,9 @@ class CudaBackend(JITBackend):
         count = int(check(api().cuDeviceGetCount(), "cuDeviceGetCount"))
         return [(Context(i), capabilities_of(i)) for i in range(count)]
 
-    def pipeline(self, device: Device | None) -> Sequence[Pass]:
-        return pipeline_for(device)
-
     def build_identity(self, device: Device) -> str:
         major, minor = nvrtc.version()
         return f"{device.capabilities.arch}/nvrtc{major}.{minor}"
-
-    # ---- code
-    def generate_source(self, program: Program) -> str:
-        return CudaEmitter().emit(program)
-
-    def compile(self, source: str, device: Device, options: KernelOptions) -> CudaCode:
-        match = KERNEL_ENTRY.search(source)
-        if match is None:
-            raise ValueError("no extern \"C\" __global__ kernel in the CUDA source")
-        return compile_cached(source, match[1], device.capabilities.arch,
-                              fastmath=options.fastmath)
-
-    def export_code(self, code: CudaCode, source: str, options: KernelOptions) -> CudaCode:
-        """For the kernel cache: the cubin itself (a hit then reads one file)."""
-        return code
-
-    def import_code(self, exported: CudaCode, device: Device) -> CudaCode:
-        return exported
-
-    def link(self, code: CudaCode, device: Device) -> Routine:
-        context: Context = device.handle
-        return Routine(context, load_module(context, code.image), code.name)
-
-    def launch(self, routine: Routine, grid: Dim3, block: Dim3, args: Sequence[Any],
-               stream: StreamHandle) -> None:
-        routine.launch(grid, block, args, stream.stream)
-
-    def launch_target(self, routine: Routine, grid: Dim3, block: Dim3, args: Sequence[Any],
-                      stream: StreamHandle) -> Callable[[Sequence[Any]], None]:
-        """The executor's fast path calls this with each launch's device arguments."""
-        return routine.target(grid, block, args, stream.stream)
-
-    def prepare_launch(self, routine: Routine, grid: Dim3, block: Dim3, args: Sequence[Any],
-                       stream: StreamHandle) -> Callable[[], None]:
-        return routine.prepared(grid, block, args, stream.stream)
 
     def load_raw(self, code: str | bytes, name: str, device: Device,
                  options: KernelOptions) -> Routine:
@@ -199,60 +256,10 @@ class CudaBackend(JITBackend):
     def launch_graph(self, graph: GraphHandle, stream: StreamHandle) -> None:
         check(api().cuGraphLaunch(graph.exec, stream.stream), "cuGraphLaunch")
 
-    # ---- memory
-    def allocate(self, device: Device, nbytes: int) -> Buffer:
-        return Buffer.allocate(device.handle, nbytes)
-
-    def sub_buffer(self, device: Device, buffer: Buffer, offset: int, nbytes: int) -> Buffer:
-        return Buffer(buffer.ptr + offset if buffer.ptr else 0, nbytes, buffer.context,
-                      owner=buffer)
-
-    def copy_host_to_device(self, dst: Buffer, src: np.ndarray, stream: StreamHandle) -> None:
-        if src.nbytes:
-            dst.context.activate()
-            PinnedStaging.of(dst.context).copy_to_device(dst.ptr, src, stream.stream)
-
-    def copy_device_to_host(self, dst: np.ndarray, src: Buffer, stream: StreamHandle) -> None:
-        if dst.nbytes:
-            src.context.activate()
-            check(api().cuMemcpyDtoHAsync(dst.ctypes.data, src.ptr, dst.nbytes, stream.stream),
-                  "cuMemcpyDtoHAsync")
-
-    def copy_device_to_device(self, dst: Buffer, src: Buffer, nbytes: int,
-                              stream: StreamHandle) -> None:
-        if nbytes:
-            dst.context.activate()
-            check(api().cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, stream.stream),
-                  "cuMemcpyDtoDAsync")
-
     # ---- interop (see kiln.runtime.array.DeviceArray)
     cuda_array_interface = staticmethod(interop.cuda_array_interface)
     dlpack = staticmethod(interop.dlpack)
     dlpack_device = staticmethod(interop.dlpack_device)
-
-    # ---- streams and events
-    def create_stream(self, device: Device) -> StreamHandle:
-        return StreamHandle(device.handle)
-
-    def synchronize_stream(self, stream: StreamHandle) -> None:
-        check(api().cuStreamSynchronize(stream.stream), "cuStreamSynchronize")
-
-    def create_event(self, device: Device) -> EventHandle:
-        return EventHandle(device.handle)
-
-    def record_event(self, event: EventHandle, stream: StreamHandle) -> None:
-        check(api().cuEventRecord(event.event, stream.stream), "cuEventRecord")
-
-    def synchronize_event(self, event: EventHandle) -> None:
-        check(api().cuEventSynchronize(event.event), "cuEventSynchronize")
-
-    def elapsed_ms(self, start: EventHandle, end: EventHandle) -> float:
-        return float(check(api().cuEventElapsedTime(start.event, end.event),
-                           "cuEventElapsedTime"))
-
-    def synchronize_device(self, device: Device) -> None:
-        device.handle.activate()
-        check(api().cuCtxSynchronize(), "cuCtxSynchronize")
 
 
 def build_env(arch: str, target: str, fastmath: bool) -> BuildEnv:

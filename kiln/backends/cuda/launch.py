@@ -69,7 +69,7 @@ the launch arguments `a`."""
 
 def kiln_layout(args: Sequence[Any]) -> Layout:
     """kiln's ABI: arrays as pointer + i32 dimensions, scalars by value
-    (see `kiln.codegen.abi`)."""
+    (see `kiln.ir.abi`)."""
     codes, exprs = [], []
     for i, a in enumerate(args):
         if hasattr(a, "buffer"):  # a DeviceArray
@@ -119,11 +119,12 @@ class Routine:
         self._pack: Callable[[Sequence[Any]], None] | None = None
 
     def launch(self, grid: Dim3, block: Dim3, args: Sequence[Any], stream: Any) -> None:
-        """Pack (into this routine's block, laid out at the first launch) and launch."""
+        """Pack (into this routine's block, laid out at the first launch) and launch on
+        `stream` (a kiln `StreamHandle`)."""
         if self._pack is None:
             self._block, self._pack = _generate(self.layout(args), "", {})
         self._pack(args)
-        self.call(grid, block, self._block.address, stream)
+        self.call(grid, block, self._block.address, stream.stream)
 
     def call(self, grid: Dim3, block: Dim3, params: int, stream: Any) -> None:
         err, = api().cuLaunchKernel(self.function, *grid, *block, self.shared_bytes, stream,
@@ -144,21 +145,21 @@ class Routine:
                 "    if err:\n        retry(G, B, P, S)")
         return scope, body
 
-    def target(self, grid: Dim3, block: Dim3, args: Sequence[Any],
-               stream: Any) -> Callable[[Sequence[Any]], None]:
+    def launch_target(self, grid: Dim3, block: Dim3, args: Sequence[Any],
+                      stream: Any) -> Callable[[Sequence[Any]], None]:
         """`f(args)`: pack and launch in one generated function, for arguments laid out like
         `args` (the executor's fast path checks that they are)."""
-        scope, body = self._scope(grid, block, stream)
+        scope, body = self._scope(grid, block, stream.stream)
         param_block, run = _generate(self.layout(args), body, scope)
         scope["keep"] = param_block  # alive as long as the function
         return run
 
-    def prepared(self, grid: Dim3, block: Dim3, args: Sequence[Any],
-                 stream: Any) -> Callable[[], None]:
+    def prepare_launch(self, grid: Dim3, block: Dim3, args: Sequence[Any],
+                       stream: Any) -> Callable[[], None]:
         """A launch with its own parameter block, packed once (see kernel.prepare)."""
         param_block, pack = _generate(self.layout(args), "", {})
         pack(args)
-        scope, body = self._scope(grid, block, stream)
+        scope, body = self._scope(grid, block, stream.stream)
         scope.update(P=param_block.address, keep=(param_block, tuple(args)))
         exec(compile(f"def f():\n{body}\n", "<kiln cuda prepared launch>", "exec"), scope)
         return scope["f"]

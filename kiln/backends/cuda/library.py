@@ -23,7 +23,7 @@ from ...codegen.library.glue import api_macro, c_bytes, common_source, launch_fu
 from ...codegen.library.host import compile_object, link_library
 from ...framework.actions import ActionError
 from . import nvrtc
-from .backend import KERNEL_ENTRY, capabilities_of, compile_cached
+from .backend import capabilities_of, compile_cached
 from .dialect import CudaEmitter
 from .driver import probe
 
@@ -285,14 +285,13 @@ class CudaLibrary(LibraryTarget):
     def _runtime(self, lib: str, entries: Sequence[EntryPoint], archs: tuple[str, ...]) -> str:
         images, names, rows = [], [], []
         for e in entries:
-            text = CudaEmitter().emit(e.kernel.program)
-            entry = KERNEL_ENTRY.search(text)
-            if entry is None:
-                raise ActionError("the CUDA emitter wrote no extern \"C\" __global__ kernel")
-            names.append(f'"{entry[1]}"')
+            emitter = CudaEmitter()
+            text = emitter.emit(e.kernel.program)
+            entry = emitter.entry_name
+            names.append(f'"{entry}"')
             row = []
             for a, arch in enumerate(archs):
-                code = compile_cached(text, entry[1], arch, fastmath=e.kernel.options.fastmath)
+                code = compile_cached(text, entry, arch, fastmath=e.kernel.options.fastmath)
                 images.append(c_bytes(code.image, f"kiln_cubin_{e.index}_{a}"))
                 row.append(f"kiln_cubin_{e.index}_{a}")
             rows.append("{" + ", ".join(row) + "}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...framework.backend import (
     Availability,
@@ -21,24 +21,22 @@ from ...framework.backend import (
 from ...framework.registry import register_backend
 from ...ir.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
-from ...ir.passes import Pass, pipeline_for
-from ...runtime.host import HostMemoryMixin, HostStream, host_memory_bytes
+from ...runtime.host import HostAllocator, HostQueue, HostStream, host_memory_bytes
 from . import intrinsics as _intrinsics  # noqa: F401 - registers the implementations
 from .executor import ProgramCode
 from .warps import WARP_SIZE
 
-if TYPE_CHECKING:
-    from ...runtime.device import Device
 
-
-class InterpBackend(HostMemoryMixin, DirectBackend):
+class InterpBackend(DirectBackend):
     """Runs kernels with NumPy on the host; one device, `interp:0`."""
 
     name = "interp"
+    priority = 10
     intrinsic_namespaces = ("interp",)
     supports_recursion = True  # calls are Python calls (max_depth is checked)
 
     def __init__(self) -> None:
+        self.allocator, self.queue = HostAllocator(), HostQueue()
         self._code: weakref.WeakKeyDictionary[Program, ProgramCode] = (
             weakref.WeakKeyDictionary())
 
@@ -65,9 +63,6 @@ class InterpBackend(HostMemoryMixin, DirectBackend):
         )
         return [(None, caps)]
 
-    def pipeline(self, device: Device | None) -> Sequence[Pass]:
-        return pipeline_for(device)
-
     def code(self, program: Program) -> ProgramCode:
         """The program compiled to closures (once per program)."""
         code = self._code.get(program)
@@ -83,4 +78,4 @@ class InterpBackend(HostMemoryMixin, DirectBackend):
 
 
 backend = InterpBackend()
-register_backend(backend, priority=10)
+register_backend(backend)

@@ -10,7 +10,6 @@ cl_khr_int64_{base,extended}_atomics. The extension pragmas a kernel needs (fp64
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -71,8 +70,6 @@ POINTER_QUALIFIERS = {MemorySpace.GLOBAL: "__global", MemorySpace.SHARED: "__loc
 BITS_OF = {f32: ("uint", "as_uint", "as_float", "atomic_cmpxchg"),
            f64: ("ulong", "as_ulong", "as_double", "atom_cmpxchg")}
 
-KERNEL_NAME = re.compile(r"__kernel void (\w+)")
-"""Finds the kernel's name in the OpenCL C this dialect writes."""
 
 
 def _cas_helper(op: str, space: MemorySpace) -> HelperTemplate:

@@ -20,7 +20,7 @@ from ...codegen.library.glue import api_macro, c_string, common_source, launch_f
 from ...codegen.library.host import compile_object, link_library
 from ...framework.actions import ActionError
 from .build import CORRECT_DIVISION, FAST_MATH, STANDARD
-from .codegen import KERNEL_NAME, OpenCLEmitter
+from .codegen import OpenCLEmitter
 
 ICD = """\
 #include <dlfcn.h>
@@ -299,11 +299,12 @@ class OpenCLLibrary(LibraryTarget):
         return {}
 
     def _runtime(self, lib: str, entries: Sequence[EntryPoint]) -> str:
-        texts = [OpenCLEmitter().emit(e.kernel.program) for e in entries]
+        emitters = [OpenCLEmitter() for _ in entries]
+        texts = [m.emit(e.kernel.program) for m, e in zip(emitters, entries)]
         sources = "static const char *const kiln_sources[] = {\n    " + ",\n    ".join(
             c_string(t) for t in texts) + "\n};\n"
         sources += "static const char *const kiln_kernels[] = {" + ", ".join(
-            f'"{_kernel_name(t)}"' for t in texts) + "};\n"
+            f'"{m.entry_name}"' for m in emitters) + "};\n"
         sources += "static const char *const kiln_labels[] = {" + ", ".join(
             f'"{e.kernel.kernel}"' for e in entries) + "};\n"
         sources += "static const int kiln_fastmath[] = {" + ", ".join(
@@ -311,13 +312,6 @@ class OpenCLLibrary(LibraryTarget):
         return RUNTIME.format(lib=lib, LIB=lib.upper(), api=api_macro(lib), count=len(entries),
                               sources=sources, standard=STANDARD, fast_math=FAST_MATH,
                               correct_division=CORRECT_DIVISION)
-
-
-def _kernel_name(source: str) -> str:
-    found = KERNEL_NAME.search(source)
-    if found is None:
-        raise ActionError("the OpenCL emitter wrote no __kernel function")
-    return found[1]
 
 
 def _launch_body(e: EntryPoint) -> str:

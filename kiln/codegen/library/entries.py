@@ -1,5 +1,5 @@
 """Entry points of a built library: C names and typed C parameters for each kernel
-specialisation, from the kernel ABI every C-like backend shares (`kiln.codegen.abi`)."""
+specialisation, from the kernel ABI every C-like backend shares (`kiln.ir.abi`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ...framework.actions import ActionError, SpecialisedKernel
+from ...ir.abi import AbiParam, kernel_abi
 from ...ir.analysis import written_params
 from ...ir.types import (
     ArrayType,
@@ -31,7 +32,6 @@ from ...ir.types import (
     u32,
     u64,
 )
-from ..abi import AbiParam, kernel_abi
 
 HEADER_TYPES: dict[ScalarType, str] = {
     bool_: "bool", i8: "int8_t", i16: "int16_t", i32: "int32_t", i64: "int64_t",

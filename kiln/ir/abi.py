@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..ir.nodes import Function, Program
-from ..ir.types import ArrayType, ScalarType, bf16, i32
+from .nodes import Function, Program
+from .types import ArrayType, ScalarType, bf16, i32
 
 AbiKind = Literal["pointer", "dim", "scalar"]
 

@@ -1,0 +1,150 @@
+"""The backend contract v2: parts checked at registration, optional capabilities as
+declared protocols (never looked up by name), execution models dispatched through drivers
+that plugins can add."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import f32, i32
+from kiln.backends.interp import InterpBackend
+from kiln.execution.drivers import DirectDriver, driver_for
+from kiln.framework.registry import check_contract
+
+KILN = Path(kiln.__file__).parent
+
+
+@kiln.kernel
+def scale(a: f32[:], k: f32, n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        a[i] = a[i] * k
+
+
+def test_no_backend_hook_is_looked_up_by_name() -> None:
+    """getattr/hasattr on a backend, a routine or a launchable would be a hidden hook."""
+    found = []
+    for path in KILN.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("getattr", "hasattr") and node.args:
+                target = ast.unparse(node.args[0])
+                if any(w in target for w in ("backend", "routine", "launchable", "allocator")):
+                    found.append(f"{path.relative_to(KILN)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, found
+
+
+def test_builtin_backends_declare_their_optional_protocols() -> None:
+    from kiln.backends.cpu import backend as cpu
+    from kiln.backends.cuda import backend as cuda
+    from kiln.backends.opencl import backend as opencl
+
+    assert isinstance(cpu.allocator, kiln.ZeroCopy) and isinstance(opencl.allocator, kiln.ZeroCopy)
+    for protocol in (kiln.RawKernels, kiln.GraphCapture, kiln.CudaArrayInterop,
+                     kiln.DLPackInterop):
+        assert isinstance(cuda, protocol) and not isinstance(cpu, protocol)
+    from kiln.backends.cuda.launch import Routine
+    from kiln.backends.opencl.launch import OpenCLKernel
+
+    for launchable in (Routine, OpenCLKernel):
+        assert issubclass(launchable, kiln.FastLaunch)
+        assert issubclass(launchable, kiln.PreparesLaunch)
+
+
+def test_a_backend_missing_a_part_is_refused_naming_it() -> None:
+    class NoQueue(kiln.DirectBackend):
+        name = "noqueue"
+        allocator = kiln.HostAllocator()
+
+        def availability(self) -> kiln.Availability:
+            return kiln.Availability(True)
+
+        def device_handles(self) -> list:
+            return []
+
+        def execute(self, *args: Any) -> None: ...
+
+    with pytest.raises(TypeError, match="backend 'noqueue' needs a `queue`: a kiln.Queue"):
+        kiln.register_backend(NoQueue())
+    with pytest.raises(TypeError, match="takes a kiln.Backend"):
+        check_contract(object())  # type: ignore[arg-type]
+
+
+def test_compiled_kernels_carry_entry_layout_and_source(cpu_device) -> None:
+    program = scale.program((f32[:], f32, i32))
+    for stage in cpu_device.backend.pipeline(cpu_device):
+        program = stage(program)
+    compiled = cpu_device.backend.compiler.compile(program, cpu_device, kiln.KernelOptions())
+    assert compiled.entry == "kiln_entry" and compiled.metadata["kernel"] == "scale"
+    assert [(p.param, p.kind) for p in compiled.params] == [
+        ("a", "pointer"), ("a", "dim"), ("k", "scalar"), ("n", "scalar")]
+    assert "kiln_entry" in compiled.source and compiled.binary is None
+    import pickle
+
+    assert pickle.loads(pickle.dumps(compiled)) == compiled
+
+
+@pytest.fixture
+def cpu_device() -> kiln.Device:
+    try:
+        return kiln.device("cpu")
+    except kiln.DeviceNotFoundError as exc:
+        pytest.skip(f"no cpu backend here: {exc}")
+
+
+# ---------------------------------------------------------------- execution models
+
+
+class TracingDriver(kiln.ExecutionDriver):
+    """A plugin's execution model: DIRECT execution, with every build recorded."""
+
+    def __init__(self) -> None:
+        self.built: list[tuple[str, tuple]] = []
+
+    def build(self, kernel, arg_types, device):
+        self.built.append((kernel.name, arg_types))
+        return DirectDriver().build(kernel, arg_types, device)
+
+
+TRACER = TracingDriver()
+TRACED = kiln.register_execution_model("TRACED", TRACER)
+
+
+class TracedBackend(InterpBackend):
+    name = "traced"
+    execution_model = TRACED
+
+
+def test_a_plugin_registers_an_execution_model_with_its_driver() -> None:
+    kiln.register_backend(TracedBackend(), priority=0)
+    dev = kiln.device("traced")
+    assert driver_for(dev) is TRACER and TRACED in kiln.ExecutionModel.members()
+    a = np.arange(8, dtype=np.float32)
+    kiln.launch(scale, 1, 8, (a, 3.0, 8), dev)
+    np.testing.assert_array_equal(a, np.arange(8, dtype=np.float32) * 3)
+    assert TRACER.built == [("scale", (f32[:], f32, i32))]
+
+
+def test_a_model_without_a_driver_is_a_clear_launch_error() -> None:
+    orphan = kiln.ExecutionModel.register("ORPHAN_TEST")
+
+    class Orphan(InterpBackend):
+        name = "orphan"
+        execution_model = orphan
+
+    kiln.register_backend(Orphan(), priority=0)
+    with pytest.raises(kiln.LaunchError, match="execution model ExecutionModel.ORPHAN_TEST, "
+                                               "which has no driver"):
+        kiln.launch(scale, 1, 8, (np.zeros(8, np.float32), 1.0, 8), "orphan")
+
+
+def test_register_execution_model_needs_a_driver() -> None:
+    with pytest.raises(TypeError, match="must be an ExecutionDriver"):
+        kiln.register_execution_model("BROKEN", object())  # type: ignore[arg-type]
+
