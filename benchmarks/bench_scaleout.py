@@ -12,6 +12,7 @@ random data; each sharded run ends with a gather, so it includes waiting for eve
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -123,9 +124,11 @@ def dask_rows(quick: bool) -> list[list[object]]:
     n = 1 << (22 if quick else 24)
     rows = []
     timings = {}
+    cores = len(os.sched_getaffinity(0))
     for workers in (1, 2):
-        with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None) as c, \
-                Client(c):
+        share = {"KILN_NUM_THREADS": str(max(1, cores // workers))}  # no oversubscription
+        with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None,
+                          env=share) as c, Client(c):
             x = da.random.random(n, chunks=n // 16).astype(np.float32).persist()
             work = x
             for _ in range(5):
@@ -134,9 +137,7 @@ def dask_rows(quick: bool) -> list[list[object]]:
             timings[workers] = median_ms(lambda work=work: work.compute(), 3, warmup=1)
             tiny = da.ones(64 * 16, chunks=16, dtype=np.float32)
             chain = kd.map_blocks(smooth_copy, tiny, kiln.shard_rows, out="out")
-            start = time.perf_counter()
-            chain.compute()
-            per_task = (time.perf_counter() - start) * 1e3 / 64
+            per_task = median_ms(chain.compute, 3, warmup=1) / 64  # warm: compiled on each worker
             rows.append([f"{workers} process(es): one tiny kiln task", f"{per_task:.2f} ms",
                          "", ""])
     rows.insert(0, [f"stencil 2^{int(np.log2(n))} f32, 5 map_overlap steps, 16 chunks",
