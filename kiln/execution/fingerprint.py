@@ -177,7 +177,7 @@ def _static(parsed: ParsedFunction) -> tuple[str, tuple[tuple[tuple[str, ...], b
     tree = parsed.tree
     first = min([tree.lineno, *(d.lineno for d in tree.decorator_list)])
     lines = linecache.getlines(parsed.file)[first + parsed.line_offset - 1:
-                                            tree.end_lineno + parsed.line_offset]
+                                            (tree.end_lineno or tree.lineno) + parsed.line_offset]
     text = (f"{parsed.file}:{first + parsed.line_offset}:{parsed.col_offset}\n"
             + ("".join(lines) or ast.dump(tree)))
     chains: list[tuple[str, ...]] = []

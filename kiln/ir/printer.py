@@ -15,6 +15,7 @@ than the literal default (i32, f32, bool_) are written as a cast, e.g. `f64(0.5)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from . import nodes as ir
 from .types import ArrayType, Type, VoidType, bool_, f32, i32
@@ -39,7 +40,7 @@ def format_function(func: ir.Function) -> str:
     return "\n".join(lines)
 
 
-def format_block(body: list[ir.Stmt], depth: int) -> list[str]:
+def format_block(body: Sequence[ir.Stmt], depth: int) -> list[str]:
     if not body:
         return [INDENT * depth + "pass"]
     return [line for stmt in body for line in format_stmt(stmt, depth)]

@@ -83,12 +83,12 @@ class ScalarType(Type):
 
     def range(self) -> tuple[float, float]:
         if self.is_float:
-            info = ml_dtypes.finfo(self.dtype)
-            return (float(info.min), float(info.max))
+            floats = ml_dtypes.finfo(self.dtype)
+            return (float(floats.min), float(floats.max))
         if self.is_bool:
             return (0, 1)
-        info = np.iinfo(self.dtype)
-        return (int(info.min), int(info.max))
+        ints = np.iinfo(self.dtype)
+        return (int(ints.min), int(ints.max))
 
 
 _NUMPY_NAMES = {

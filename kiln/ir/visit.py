@@ -21,7 +21,7 @@ def children(node: Expr | Stmt) -> Iterator[Expr | Stmt]:
                     yield item
 
 
-def walk(nodes: list[Stmt] | Expr | Stmt) -> Iterator[Expr | Stmt]:
+def walk(nodes: list[Stmt] | list[Expr] | Expr | Stmt) -> Iterator[Expr | Stmt]:
     """Every node under `nodes`, pre-order."""
     stack: list[Any] = list(reversed(nodes)) if isinstance(nodes, list) else [nodes]
     while stack:

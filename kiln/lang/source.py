@@ -27,7 +27,8 @@ class ParsedFunction:
         end_line = getattr(node, "end_lineno", None)
         end_col = getattr(node, "end_col_offset", None)
         same_line = end_line is not None and end_line + self.line_offset == line
-        return Loc(self.file, line, col, end_col + self.col_offset if same_line else None)
+        return Loc(self.file, line, col,
+                   end_col + self.col_offset if same_line and end_col is not None else None)
 
 
 @cache

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ...errors import UnsupportedError
@@ -502,8 +502,8 @@ class _FunctionLowering:
             values += temps
             if temps:
                 active = ir.Compare(bool_, "==", tag, ir.Const(i32, k), loc=self.loc)
-                reads = [ir.Assign(v.name, slot.read(), loc=self.loc)
-                         for v, slot in zip(temps, slots[start:end])]
+                reads: list[ir.Stmt] = [ir.Assign(v.name, slot.read(), loc=self.loc)
+                                        for v, slot in zip(temps, slots[start:end])]
                 self.pre.append(ir.If(active, reads, loc=self.loc))
         return values
 
@@ -621,7 +621,7 @@ def _elem(t: Type) -> ScalarType:
     return t.elem
 
 
-def _sum(values: list[ir.Expr]) -> ir.Expr:
+def _sum(values: Sequence[ir.Expr]) -> ir.Expr:
     total = values[0]
     for v in values[1:]:
         total = ir.BinOp(total.type, "+", total, v, loc=v.loc)

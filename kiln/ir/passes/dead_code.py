@@ -53,7 +53,8 @@ def _prune_stmt(s: ir.Stmt) -> list[ir.Stmt]:
         case ir.While(cond=ir.Const() as cond) if not python_value(cond):
             return []
         case ir.For(start=ir.Const() as start, stop=ir.Const() as stop, step=ir.Const() as step):
-            if not range(python_value(start), python_value(stop), python_value(step)):
+            if not range(int(python_value(start)), int(python_value(stop)),
+                         int(python_value(step))):
                 return []
         case ir.ExprStmt(expr=expr) if not has_side_effects(expr):
             return []

@@ -87,7 +87,7 @@ class _Inliner:
         self.why = why
         self.used = {p.name for p in func.params} | set(func.locals)
 
-    def has_call(self, node: ir.Expr | ir.Stmt | list[ir.Stmt]) -> bool:
+    def has_call(self, node: ir.Expr | ir.Stmt | list[ir.Stmt] | list[ir.Expr]) -> bool:
         """Whether `node` calls a function that is inlined."""
         return any(isinstance(n, ir.Call) and n.func in self.names for n in walk(node))
 
@@ -263,7 +263,7 @@ class _Returns:
             is_loop = depth is not None and isinstance(s, (ir.While, ir.For))
             returns_in_loop = is_loop and _has_return(s)
             for block in child_blocks(s):
-                block[:] = self.exits(block, depth + 1 if is_loop else depth)
+                block[:] = self.exits(block, depth + 1 if is_loop and depth is not None else depth)
             out.append(s)
             if returns_in_loop:
                 assert self.flag is not None
