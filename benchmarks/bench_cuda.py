@@ -36,7 +36,18 @@ from common import (
 
 import kiln
 from kiln import f32, i32
-from kiln.examples import BLOCK, TILE, block_sum, matmul_naive, matmul_tiled_square, vector_add
+from kiln.examples import (
+    BLOCK,
+    TILE,
+    block_sum,
+    make_matmul_f32,
+    make_matmul_mma,
+    make_matmul_tf32x3,
+    matmul_mma_launch,
+    matmul_naive,
+    matmul_tiled_square,
+    vector_add,
+)
 
 BM, BK, TM = 128, 8, 8  # register-blocked matmul: 128x128 tiles, 8 deep, 8x8 per thread
 
@@ -466,6 +477,28 @@ def bench_matmul(table: Table, quick: bool) -> None:
         guarded(table, f"matmul fp32 {n}^2", f"CUDA C {name}", "TFLOP/s",
                 lambda t=twin, g=grid, bl=block: flops / torch_event_median(
                     lambda: t(g, bl, (ca, cb, cc, np.int32(n))), repeat), label)
+    for bk in (8, 4):
+        kern = make_matmul_f32(bk)
+        cc.fill(np.nan)
+        matmul_mma_launch(kern, a, b, c)
+        check(f"kiln matmul_f32 bk={bk}")
+        guarded(table, f"matmul fp32 {n}^2", f"kiln matmul_f32 (bk={bk})", "TFLOP/s",
+                lambda k=kern: flops / kiln_event_median_ms(
+                    dev, lambda: matmul_mma_launch(k, a, b, c), repeat),
+                f"128x128x{bk}, float4 shared reads, register prefetch, 2 buffers, "
+                f"{resources(kern)}")
+    for bk, promote in ((16, False), (16, True), (32, True)):
+        kern = make_matmul_tf32x3(bk=bk, promote=promote)
+        cc.fill(np.nan)
+        matmul_mma_launch(kern, a, b, c)
+        got = c.numpy()
+        err = rel_error(got, ref) if ref is not None else rel_error(got[rows], ref_rows)
+        name = f"kiln matmul_tf32x3 (bk={bk}{', promote' if promote else ''})"
+        guarded(table, f"matmul fp32 {n}^2", name, "TFLOP/s",
+                lambda k=kern: flops / kiln_event_median_ms(
+                    dev, lambda: matmul_mma_launch(k, a, b, c), repeat),
+                f"tensor cores, 3 tf32 products, 128x128x{bk}, relative error {err:.1e}, "
+                f"{resources(kern)}")
     guarded(table, f"matmul fp32 {n}^2", "CuPy cp.matmul (cuBLAS)", "TFLOP/s",
             lambda: flops / torch_event_median(lambda: cp.matmul(ca, cb, out=cc), repeat))
     ta, tb, tc = (torch.as_tensor(x, device="cuda") for x in (ca, cb, cc))
@@ -499,6 +532,101 @@ def _triton_matmul(flops: float, a: Any, b: Any, repeat: int) -> float:
     mm[grid](a, b, c, n, BM=128, BN=128, BK=32, num_warps=8, num_stages=3)
     return flops / torch_event_median(
         lambda: mm[grid](a, b, c, n, BM=128, BN=128, BK=32, num_warps=8, num_stages=3), repeat)
+
+
+MMA_CONFIGS = (  # (bm, bn, bk, wm, wn, stages, group_m, prefetch)
+    (128, 128, 32, 64, 32, 2, 8, True),
+    (128, 128, 32, 64, 64, 3, 8, True),
+    (128, 128, 32, 64, 64, 3, 8, False),
+    (128, 256, 32, 64, 64, 3, 8, True),
+    (128, 256, 64, 64, 64, 3, 8, True),
+    (128, 128, 64, 64, 64, 4, 8, True),
+)
+
+
+def bench_matmul_mma(table: Table, quick: bool) -> None:
+    """bf16 GEMM (f32 accumulation, bf16 result) on the tensor cores: kiln's
+    `make_matmul_mma` kernels beside cuBLAS (PyTorch) and Triton."""
+    import torch
+
+    dev = kiln.device("cuda")
+    n = 2048 if quick else 8192
+    repeat = 3 if quick else 10
+    flops = 2 * n**3 / 1e9
+    work = f"matmul bf16 {n}^3"
+    rng = np.random.default_rng(2)
+    a_h, b_h = (rng.standard_normal((n, n), np.float32).astype(kiln.bf16.dtype)
+                for _ in range(2))
+    a, b = kiln.to_device(a_h, dev), kiln.to_device(b_h, dev)
+    c = kiln.full((n, n), np.nan, kiln.bf16, dev)
+    rows = rng.choice(n, 16, replace=False)
+    ref = a_h[rows].astype(np.float64) @ b_h.astype(np.float64)
+
+    def check(what: str, got: np.ndarray) -> None:
+        err = rel_error(got.astype(np.float64), ref)
+        assert err < 1e-2, f"{what}: relative error {err:.2e}"  # bf16 result rounding
+
+    for bm, bn, bk, wm, wn, stages, group_m, prefetch in MMA_CONFIGS:
+        label = (f"{bm}x{bn}x{bk}, warp {wm}x{wn}, {stages} stages, group {group_m}"
+                 f"{', prefetch' if prefetch else ''}")
+        try:
+            kern = make_matmul_mma(kiln.bf16, bm, bn, bk, wm, wn, stages, group_m, prefetch)
+            c = kiln.full((n, n), np.nan, kiln.bf16, dev)
+            matmul_mma_launch(kern, a, b, c)
+            check(f"kiln {label}", c.numpy()[rows])
+        except Exception as exc:
+            table.add(work, "kiln matmul_mma", None, "TFLOP/s",
+                      f"{label}: failed: {type(exc).__name__}: {exc}"[:200])
+            continue
+        guarded(table, work, "kiln matmul_mma", "TFLOP/s",
+                lambda k=kern, cc=c: flops / kiln_event_median_ms(
+                    dev, lambda: matmul_mma_launch(k, a, b, cc), repeat),
+                f"{label}, {resources(kern)}")
+    ta, tb = (torch.from_numpy(x.view(np.uint16)).view(torch.bfloat16).cuda() for x in (a_h, b_h))
+    tc = torch.matmul(ta, tb)
+    check("cuBLAS", tc[torch.as_tensor(rows, device="cuda")].float().cpu().numpy())
+    guarded(table, work, "PyTorch torch.matmul (cuBLAS)", "TFLOP/s",
+            lambda: flops / torch_event_median(lambda: torch.matmul(ta, tb, out=tc), repeat))
+    guarded(table, work, "Triton tutorial matmul", "TFLOP/s",
+            lambda: _triton_matmul_bf16(flops, ta, tb, repeat))
+
+
+def resources(kernel: kiln.Kernel) -> str:
+    """Registers per thread and local (spilled) bytes of a kernel's compiled routine."""
+    from cuda.bindings import driver
+
+    routine = next(iter(kernel.specializations.values())).routine
+    attr = driver.CUfunction_attribute
+    regs = driver.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_NUM_REGS, routine.function)[1]
+    local = driver.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+                                      routine.function)[1]
+    return f"{regs} regs, {local} B local"
+
+
+def _triton_matmul_bf16(flops: float, a: Any, b: Any, repeat: int) -> float:
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def mm(a, b, c, n, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        pm, pn = tl.program_id(0), tl.program_id(1)
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, n, BK):
+            x = tl.load(a + rm[:, None] * n + (k + rk)[None, :])
+            y = tl.load(b + (k + rk)[:, None] * n + rn[None, :])
+            acc += tl.dot(x, y)
+        tl.store(c + rm[:, None] * n + rn[None, :], acc.to(tl.bfloat16))
+
+    n = a.shape[0]
+    c = torch.empty_like(a)
+    grid = (n // 128, n // 256)
+    mm[grid](a, b, c, n, BM=128, BN=256, BK=64, num_warps=8, num_stages=3)
+    return flops / torch_event_median(
+        lambda: mm[grid](a, b, c, n, BM=128, BN=256, BK=64, num_warps=8, num_stages=3), repeat)
 
 
 def host_us(fn: Callable[[], Any], count: int, rounds: int = 7) -> float:
@@ -540,6 +668,13 @@ def bench_launch(table: Table, quick: bool) -> None:
     guarded(table, work, "cuda.bindings cuLaunchKernel, prepacked", "us",
             lambda: host_us(lambda: launch(fn, 1, 1, 1, 256, 1, 1, 0, stream, address, 0),
                             count), "the floor")
+    from kiln.backends.cuda import shim
+
+    if shim.shim() is not None:
+        keep, record = shim.record(fn, (1, 1, 1), (256, 1, 1), 0, stream, address)
+        run = shim.shim()
+        guarded(table, work, "kiln's C launch shim, prepacked", "us",
+                lambda: host_us(lambda: run(record), count), "one ctypes call, no checks")
     guarded(table, work, "kiln kernel[grid, block](a, b, c, n)", "us",
             lambda: host_us(lambda: vector_add[1, 256](a, b, c, n), count),
             "validated: types, ranges, devices")
@@ -637,6 +772,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--markdown", help="write the table here")
+    parser.add_argument("--only", help="comma-separated sections (compile, launch, "
+                        "bandwidth, matmul, matmul_mma)")
     args = parser.parse_args()
     args.quick = args.quick or quick()  # kiln bench --quick
     if backend_device("cuda", "bench_cuda") is None:
@@ -644,7 +781,11 @@ def main() -> int:
     env = environment()
     print("environment: " + ", ".join(f"{k} {v}" for k, v in env.items()), flush=True)
     table = Table()
-    for section in (bench_compile, bench_launch, bench_bandwidth, bench_matmul):
+    sections = (bench_compile, bench_launch, bench_bandwidth, bench_matmul, bench_matmul_mma)
+    if args.only:
+        wanted = {f"bench_{name}" for name in args.only.split(",")}
+        sections = tuple(s for s in sections if s.__name__ in wanted)
+    for section in sections:
         print(f"== {section.__name__}", flush=True)
         try:
             section(table) if section is bench_compile else section(table, args.quick)

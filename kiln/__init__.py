@@ -47,6 +47,7 @@ from .framework.backend import (
     ExecutionModel,
     FastLaunch,
     GraphCapture,
+    InlineLaunch,
     JITBackend,
     KernelRequest,
     Launchable,
@@ -68,6 +69,7 @@ from .ir.types import (
     Array,
     ArrayType,
     ConstexprType,
+    FragmentType,
     ScalarType,
     StructType,
     VariantType,
@@ -185,5 +187,25 @@ dot = _b.intrinsic_object("dot")
 length = _b.intrinsic_object("length")
 normalize = _b.intrinsic_object("normalize")
 cross = _b.intrinsic_object("cross")
+def fragment_a(dtype: ScalarType) -> FragmentType:
+    """The type of an A operand fragment of `kiln.mma` (16 x 16 for f16 and bf16, 16 x 8 for
+    f32); in kernels, `kiln.local(kiln.fragment_a(bf16), n)` holds n of them."""
+    return FragmentType.of("a", dtype)
+
+
+def fragment_b(dtype: ScalarType) -> FragmentType:
+    """The type of a B operand fragment of `kiln.mma` (16 x 8 for f16 and bf16, 8 x 8 for
+    f32)."""
+    return FragmentType.of("b", dtype)
+
+
+mma_load_a = _b.intrinsic_object("mma_load_a")
+mma_load_b = _b.intrinsic_object("mma_load_b")
+mma = _b.intrinsic_object("mma")
+mma_store = _b.intrinsic_object("mma_store")
+copy_async = _b.intrinsic_object("copy_async")
+copy_async_commit = _b.intrinsic_object("copy_async_commit")
+copy_async_wait = _b.intrinsic_object("copy_async_wait")
+tf32 = _b.intrinsic_object("tf32")
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -16,9 +16,26 @@ the tests and the conformance suite.
 - `softmax_rows`: y = exp(x - max) / sum per row of a 2-d array, one block of `BLOCK`
   threads per row (each thread strides over the row; shared-memory trees for the maximum
   and the sum). NaNs in a row are not propagated by its maximum.
+- `make_matmul_f32`: the fp32 GEMM without matrix units (register-blocked:
+  128 x 128 block tiles, 8 x 8 outputs per thread read from shared memory 16 bytes at a
+  time, the next k-slice prefetched into registers while this one is multiplied).
+- `make_matmul_tf32x3`: the fp32 GEMM on the matrix units with fp32
+  accuracy: each operand split into tf32 high and low parts (`kiln.tf32`), three tf32
+  products per tile (hi*hi + hi*lo + lo*hi; the dropped lo*lo is 2^-22 relative).
+- `make_matmul_mma`: c = a @ b on the matrix
+  units, for bf16, f16 or f32 (multiplied as tf32) inputs: block tiles staged through shared
+  memory by `kiln.copy_async` in a `STAGES`-deep pipeline, each warp accumulating a
+  `WM` x `WN` tile with `kiln.mma`. Shapes must be multiples of the block tile
+  (`matmul_mma_launch` checks them and launches any of these GEMMs).
+
+The GEMMs are factories (one kernel per element type and tiling), not module-level kernels:
+their unrolled bodies are large, and tools that build every kernel of a module (`kiln
+build`) should not pay for them.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import kiln
 from kiln import f32, i32
@@ -150,7 +167,6 @@ def julia(out: i32[:, :], cr: f32, ci: f32, max_iter: i32):
         out[y, x] = it
 
 
-
 @kiln.kernel
 def softmax_rows(x: f32[:, :], y: f32[:, :]):
     s = kiln.shared(f32, 256)
@@ -193,3 +209,282 @@ def softmax_rows(x: f32[:, :], y: f32[:, :]):
     while j < n:
         y[row, j] = y[row, j] / total
         j += kiln.block_dim.x
+
+
+# ---------------------------------------------------------------- matrix units
+
+
+def make_matmul_mma(elem: kiln.ScalarType, bm: int = 128, bn: int = 128, bk: int = 32,
+                    wm: int = 64, wn: int = 64, stages: int = 3, group_m: int = 8,
+                    prefetch: bool = True) -> kiln.Kernel:
+    """A tensor-core GEMM kernel for one element type and tiling: blocks of `bm` x `bn`
+    outputs, (bm / wm) x (bn / wn) warps of `wm` x `wn` outputs, k in steps of `bk`; c is
+    generic (f16, bf16, f32 or f64: the f32 sums rounded once). Blocks take their tiles
+    in groups of `group_m` block rows sweeping the columns together (the group's rows of a
+    and the columns of b it sweeps stay in L2); with `prefetch`, each warp loads the next
+    k step's fragments before multiplying this step's. The defaults were the fastest bf16
+    tiling on an H100 (benchmarks/RESULTS.md, issue 14)."""
+    warps_n = bn // wn
+    threads = (bm // wm) * warps_n * 32
+    mt, nt = wm // 16, wn // 8
+    ks = 8 if elem == f32 else 16  # k of one mma
+    vec = 16 // elem.itemsize  # elements per 16-byte copy
+    a_vecs, b_vecs = bk // vec, bn // vec  # 16-byte copies per row of a tile
+    a_total, b_total = bm * a_vecs, bk * b_vecs  # 16-byte pieces of each tile
+    a_copies, b_copies = -(-a_total // threads), -(-b_total // threads)  # per thread
+    assert stages >= 2 and bk % ks == 0 and wm % 16 == 0 and wn % 8 == 0
+    fragment_a, fragment_b = kiln.fragment_a(elem), kiln.fragment_b(elem)
+
+    @kiln.kernel
+    def matmul_mma(a: elem[:, :], b: elem[:, :], c):  # type: ignore[valid-type]
+        sa = kiln.shared(elem, (stages * bm, bk + vec))  # rows padded by 16 bytes (banks)
+        sb = kiln.shared(elem, (stages * bk, bn + vec))
+        fa = kiln.local(fragment_a, 2 * mt)  # two sets: this k step's and the next's
+        fb = kiln.local(fragment_b, 2 * nt)
+        acc = kiln.local(f32, mt * nt * 4)
+        tid = kiln.thread_idx.x
+        warp = tid // 32
+        wrow = (warp // warps_n) * wm
+        wcol = (warp % warps_n) * wn
+        block = kiln.block_idx.y * kiln.grid_dim.x + kiln.block_idx.x
+        group = group_m * kiln.grid_dim.x  # blocks per group of block rows
+        first = (block // group) * group_m
+        rows = min(kiln.grid_dim.y - first, group_m)
+        row0 = (first + (block % group) % rows) * bm
+        col0 = ((block % group) // rows) * bn
+        for i in kiln.static_range(mt * nt * 4):
+            acc[i] = 0.0
+        ktiles = a.shape[1] // bk
+        for t in range(stages - 1 + ktiles):
+            kt = t - (stages - 1)  # the tile computed in this step, once the pipeline is full
+            if kt >= 0:
+                kiln.copy_async_wait(stages - 2)  # tile kt has landed (for this thread) ...
+                kiln.barrier()  # ... for every thread, and stage (kt - 1) was read by all
+            if t < ktiles:  # tile t into stage t % stages, overwriting tile kt - 1
+                stage = t % stages
+                for j in kiln.static_range(a_copies):
+                    v = tid + j * threads
+                    r = v // a_vecs
+                    k = (v % a_vecs) * vec
+                    if a_copies * threads == a_total or v < a_total:
+                        kiln.copy_async(sa, stage * bm + r, k, a, row0 + r, t * bk + k, vec)
+                for j in kiln.static_range(b_copies):
+                    v = tid + j * threads
+                    r = v // b_vecs
+                    n = (v % b_vecs) * vec
+                    if b_copies * threads == b_total or v < b_total:
+                        kiln.copy_async(sb, stage * bk + r, n, b, t * bk + r, col0 + n, vec)
+            kiln.copy_async_commit()
+            if kt >= 0:
+                base_a = (kt % stages) * bm
+                base_b = (kt % stages) * bk
+                for kk in kiln.static_range(bk // ks + 1):
+                    load = kk if prefetch else kk - 1  # the k step whose fragments load now
+                    if 0 <= load < bk // ks:
+                        for i in kiln.static_range(mt):
+                            fa[(load % 2) * mt + i] = kiln.mma_load_a(
+                                sa, base_a + wrow + i * 16, load * ks)
+                        for j in kiln.static_range(nt):
+                            fb[(load % 2) * nt + j] = kiln.mma_load_b(
+                                sb, base_b + load * ks, wcol + j * 8)
+                    step = kk - 1  # the k step multiplied now
+                    if step >= 0:
+                        for i in kiln.static_range(mt):
+                            for j in kiln.static_range(nt):
+                                kiln.mma(acc, i * nt + j, fa[(step % 2) * mt + i],
+                                         fb[(step % 2) * nt + j])
+        for i in kiln.static_range(mt):
+            for j in kiln.static_range(nt):
+                kiln.mma_store(c, row0 + wrow + i * 16, col0 + wcol + j * 8, acc, i * nt + j)
+
+    matmul_mma.tile = (bm, bn, bk)  # type: ignore[attr-defined]
+    matmul_mma.threads = threads  # type: ignore[attr-defined]
+    return matmul_mma
+
+
+
+def matmul_mma_launch(kernel: kiln.Kernel, a: Any, b: Any, c: Any, **launch: Any) -> None:
+    """Launch a `make_matmul_mma` kernel on (m, k) @ (k, n) -> (m, n), after checking that
+    the shapes fit its block tile (the kernel has no bounds checks); `launch` takes
+    `device=` and `stream=` as `kiln.launch` does."""
+    bm, bn, bk = kernel.tile  # type: ignore[attr-defined]
+    (m, k), (k2, n), (m2, n2) = (tuple(x.shape) for x in (a, b, c))
+    if k != k2 or (m, n) != (m2, n2):
+        raise ValueError(f"matmul of {(m, k)} and {(k2, n)} into {(m2, n2)}")
+    if m % bm or n % bn or k % bk:
+        raise ValueError(f"{kernel.name} needs m, n, k multiples of {bm}, {bn}, {bk}; "
+                         f"got {m}, {n}, {k}")
+    kiln.launch(kernel, (n // bn, m // bm), kernel.threads, (a, b, c),  # type: ignore
+                **launch)
+
+
+def make_matmul_f32(bk: int = 8) -> kiln.Kernel:
+    """An fp32 GEMM on the FP32 units, `bk` deep (4 or 8): 128 x 128 block tiles, 256
+    threads each owning two 4 x 4 halves 64 apart in each direction (so its shared reads
+    are 16-byte vectors every warp reads conflict-free); A's tile is stored transposed (rows
+    padded by 4 floats); the next tile is loaded into registers during the multiply and
+    stored into the other of two shared buffers. m, n multiples of 128, k of `bk`."""
+    tile, half = 128, 64
+    assert bk in (4, 8), "256 threads load the 128 x bk tiles as 16-byte pieces"
+
+    @kiln.kernel
+    def matmul_f32(a: f32[:, :], b: f32[:, :], c: f32[:, :]):
+        sa = kiln.shared(f32, (2 * bk, tile + 4))  # sa[stage * bk + k, m]
+        sb = kiln.shared(f32, (2 * bk, tile))
+        acc = kiln.local(f32, 64)
+        ra = kiln.local(f32, 8)
+        rb = kiln.local(f32, 8)
+        tid = kiln.thread_idx.x
+        tr, tc = tid // 16, tid % 16
+        row0, col0 = kiln.block_idx.y * tile, kiln.block_idx.x * tile
+        ar, ak = tid // (bk // 4), (tid % (bk // 4)) * 4  # one A row's 4 k values
+        bkr, bc = tid // 32, (tid % 32) * 4  # 4 columns of one B row (rows < bk)
+        for i in kiln.static_range(64):
+            acc[i] = 0.0
+        va = kiln.load(kiln.f32x4, a, row0 + ar % tile, ak // 4)
+        vb = kiln.load(kiln.f32x4, b, bkr % bk, (col0 + bc) // 4)
+        if ar < tile:
+            sa[ak, ar] = va.x
+            sa[ak + 1, ar] = va.y
+            sa[ak + 2, ar] = va.z
+            sa[ak + 3, ar] = va.w
+        if bkr < bk:
+            kiln.store(sb, bkr, bc // 4, vb)
+        kiln.barrier()
+        ktiles = a.shape[1] // bk
+        for t in range(ktiles):
+            cur = (t % 2) * bk
+            if t + 1 < ktiles:  # the next slice into registers while this one multiplies
+                k0 = (t + 1) * bk
+                va = kiln.load(kiln.f32x4, a, row0 + ar % tile, (k0 + ak) // 4)
+                vb = kiln.load(kiln.f32x4, b, k0 + bkr % bk, (col0 + bc) // 4)
+            for k in kiln.static_range(bk):
+                x0 = kiln.load(kiln.f32x4, sa, cur + k, tr)
+                x1 = kiln.load(kiln.f32x4, sa, cur + k, 16 + tr)
+                y0 = kiln.load(kiln.f32x4, sb, cur + k, tc)
+                y1 = kiln.load(kiln.f32x4, sb, cur + k, 16 + tc)
+                ra[0], ra[1], ra[2], ra[3] = x0.x, x0.y, x0.z, x0.w
+                ra[4], ra[5], ra[6], ra[7] = x1.x, x1.y, x1.z, x1.w
+                rb[0], rb[1], rb[2], rb[3] = y0.x, y0.y, y0.z, y0.w
+                rb[4], rb[5], rb[6], rb[7] = y1.x, y1.y, y1.z, y1.w
+                for m in kiln.static_range(8):
+                    for q in kiln.static_range(8):
+                        acc[m * 8 + q] += ra[m] * rb[q]
+            if t + 1 < ktiles:
+                nxt = bk - cur
+                if ar < tile:
+                    sa[nxt + ak, ar] = va.x
+                    sa[nxt + ak + 1, ar] = va.y
+                    sa[nxt + ak + 2, ar] = va.z
+                    sa[nxt + ak + 3, ar] = va.w
+                if bkr < bk:
+                    kiln.store(sb, nxt + bkr, bc // 4, vb)
+            kiln.barrier()
+        for m in kiln.static_range(8):
+            row = row0 + (m // 4) * half + tr * 4 + m % 4
+            for h in kiln.static_range(2):
+                base = m * 8 + h * 4
+                kiln.store(c, row, (col0 + h * half) // 4 + tc,
+                           kiln.f32x4(acc[base], acc[base + 1], acc[base + 2], acc[base + 3]))
+
+    matmul_f32.tile = (tile, tile, bk)  # type: ignore[attr-defined]
+    matmul_f32.threads = 256  # type: ignore[attr-defined]
+    return matmul_f32
+
+
+
+def make_matmul_tf32x3(bm: int = 128, bn: int = 128, bk: int = 16, wm: int = 64,
+                       wn: int = 32, promote: bool = True) -> kiln.Kernel:
+    """An fp32 GEMM with fp32 accuracy on the tensor cores ("3xTF32"): tiles are split as
+    they are staged (x = hi + lo, hi = kiln.tf32(x), lo = x - hi exactly) into two shared
+    buffers, loaded from global memory into registers during the multiply of the previous
+    tile; each warp accumulates hi*hi + hi*lo + lo*hi. m, n, k multiples of the tile."""
+    warps_n = bn // wn
+    threads = (bm // wm) * warps_n * 32
+    mt, nt = wm // 16, wn // 8
+    a_vecs, b_vecs = bk // 4, bn // 4
+    a_loads, b_loads = bm * a_vecs // threads, bk * b_vecs // threads
+    assert a_loads * threads == bm * a_vecs and b_loads * threads == bk * b_vecs
+    assert bk % 8 == 0 and wm % 16 == 0 and wn % 8 == 0
+    frag_a, frag_b = kiln.fragment_a(f32), kiln.fragment_b(f32)
+
+    @kiln.kernel
+    def matmul_tf32x3(a: f32[:, :], b: f32[:, :], c: f32[:, :]):
+        a_hi = kiln.shared(f32, (2 * bm, bk + 4))  # padding: conflict-free fragment reads
+        a_lo = kiln.shared(f32, (2 * bm, bk + 4))
+        b_hi = kiln.shared(f32, (2 * bk, bn + 8))
+        b_lo = kiln.shared(f32, (2 * bk, bn + 8))
+        fah = kiln.local(frag_a, mt)
+        fal = kiln.local(frag_a, mt)
+        fbh = kiln.local(frag_b, nt)
+        fbl = kiln.local(frag_b, nt)
+        acc = kiln.local(f32, mt * nt * 4)
+        part = kiln.local(f32, mt * nt * 4)  # one k tile's sum (with promote)
+        pa = kiln.local(kiln.f32x4, a_loads)
+        pb = kiln.local(kiln.f32x4, b_loads)
+        tid = kiln.thread_idx.x
+        warp = tid // 32
+        wrow = (warp // warps_n) * wm
+        wcol = (warp % warps_n) * wn
+        row0 = kiln.block_idx.y * bm
+        col0 = kiln.block_idx.x * bn
+        for i in kiln.static_range(mt * nt * 4):
+            acc[i] = 0.0
+        ktiles = a.shape[1] // bk
+        for t in range(ktiles + 1):
+            if t < ktiles:  # tile t from global memory into registers
+                for j in kiln.static_range(a_loads):
+                    v = tid + j * threads
+                    pa[j] = kiln.load(kiln.f32x4, a, row0 + v // a_vecs, t * a_vecs + v % a_vecs)
+                for j in kiln.static_range(b_loads):
+                    v = tid + j * threads
+                    pb[j] = kiln.load(kiln.f32x4, b, t * bk + v // b_vecs,
+                                      col0 // 4 + v % b_vecs)
+            if t > 0:  # multiply tile t - 1
+                sa = ((t - 1) % 2) * bm
+                sb = ((t - 1) % 2) * bk
+                for i in kiln.static_range(mt * nt * 4):
+                    part[i] = 0.0
+                for kk in kiln.static_range(bk // 8):
+                    for i in kiln.static_range(mt):
+                        fah[i] = kiln.mma_load_a(a_hi, sa + wrow + i * 16, kk * 8)
+                        fal[i] = kiln.mma_load_a(a_lo, sa + wrow + i * 16, kk * 8)
+                    for j in kiln.static_range(nt):
+                        fbh[j] = kiln.mma_load_b(b_hi, sb + kk * 8, wcol + j * 8)
+                        fbl[j] = kiln.mma_load_b(b_lo, sb + kk * 8, wcol + j * 8)
+                    for i in kiln.static_range(mt):
+                        for j in kiln.static_range(nt):
+                            if promote:
+                                kiln.mma(part, i * nt + j, fal[i], fbh[j])
+                                kiln.mma(part, i * nt + j, fah[i], fbl[j])
+                                kiln.mma(part, i * nt + j, fah[i], fbh[j])
+                            else:
+                                kiln.mma(acc, i * nt + j, fal[i], fbh[j])
+                                kiln.mma(acc, i * nt + j, fah[i], fbl[j])
+                                kiln.mma(acc, i * nt + j, fah[i], fbh[j])
+                if promote:
+                    for i in kiln.static_range(mt * nt * 4):
+                        acc[i] += part[i]
+            if t < ktiles:  # split tile t into stage t % 2 (last read two steps ago)
+                for j in kiln.static_range(a_loads):
+                    v = tid + j * threads
+                    x = pa[j]
+                    hi = kiln.f32x4(kiln.tf32(x.x), kiln.tf32(x.y), kiln.tf32(x.z),
+                                    kiln.tf32(x.w))
+                    kiln.store(a_hi, (t % 2) * bm + v // a_vecs, v % a_vecs, hi)
+                    kiln.store(a_lo, (t % 2) * bm + v // a_vecs, v % a_vecs, x - hi)
+                for j in kiln.static_range(b_loads):
+                    v = tid + j * threads
+                    y = pb[j]
+                    hi = kiln.f32x4(kiln.tf32(y.x), kiln.tf32(y.y), kiln.tf32(y.z),
+                                    kiln.tf32(y.w))
+                    kiln.store(b_hi, (t % 2) * bk + v // b_vecs, v % b_vecs, hi)
+                    kiln.store(b_lo, (t % 2) * bk + v // b_vecs, v % b_vecs, y - hi)
+            kiln.barrier()
+        for i in kiln.static_range(mt):
+            for j in kiln.static_range(nt):
+                kiln.mma_store(c, row0 + wrow + i * 16, col0 + wcol + j * 8, acc, i * nt + j)
+
+    matmul_tf32x3.tile = (bm, bn, bk)  # type: ignore[attr-defined]
+    matmul_tf32x3.threads = threads  # type: ignore[attr-defined]
+    return matmul_tf32x3

@@ -37,9 +37,10 @@ echo "== environment"
     command -v compute-sanitizer
 } 2>&1 | tee "$OUT/environment.log"
 
-E2E="vector_add,reduce,matmul,transpose,stencil"
+E2E="vector_add,reduce,matmul,transpose,stencil,mma_bf16"
 step pytest 300 $PY -m pytest -q -ra -p no:cacheprovider tests/test_cuda_codegen.py \
-    tests/test_cuda_gpu.py tests/test_cuda_interop.py tests/test_vector_access.py
+    tests/test_cuda_gpu.py tests/test_cuda_interop.py tests/test_vector_access.py \
+    tests/test_matrix.py
 # kiln build --target cuda: a C program against the built library, compared with NumPy
 step aot 240 $PY -m pytest -q -ra -p no:cacheprovider tests/test_aot.py -k cuda
 step check 300 $PY -m kiln check cuda
@@ -49,6 +50,7 @@ step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 --print
     $PY -m kiln check cuda -k "$E2E"
 step bench 480 $PY benchmarks/bench_cuda.py $QUICK --json "$OUT/bench.json" \
     --markdown "$OUT/bench.md"
+step launch 120 $PY benchmarks/launch_steps.py
 
 echo "== summary"
 printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.log"

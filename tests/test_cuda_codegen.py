@@ -5,11 +5,12 @@ NVRTC runs without a driver, so CI keeps the CUDA dialect valid on every commit.
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import backend_entry
+from conftest import backend_entry, requires_backend
 
 import kiln
 from kiln import examples, f32, f64
@@ -19,6 +20,7 @@ nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not 
 
 from kiln.backends.cuda import backend as cuda  # noqa: E402
 from kiln.backends.cuda import nvrtc as kiln_nvrtc  # noqa: E402
+from kiln.backends.cuda import shim  # noqa: E402
 from kiln.backends.cuda.backend import compile_cached  # noqa: E402
 from kiln.conformance.coverage import conformance_kernels, kernel_programs  # noqa: E402
 from kiln.ir.passes import pipeline_for  # noqa: E402
@@ -30,7 +32,7 @@ KERNELS = sorted(conformance_kernels(), key=lambda k: k.name)
 def cuda_source(program: kiln.ir.nodes.Program) -> str:  # type: ignore[name-defined]
     """The CUDA source for a program lowered by the shared pipeline (no GPU here to lower it
     for)."""
-    for stage in pipeline_for(None):
+    for stage in pipeline_for(None, matrix_units=True):  # source for the newest GPUs
         program = stage(program)
     return cuda.compiler.generate_source(program)
 
@@ -107,3 +109,65 @@ def test_raw_kernel_front_rejects_other_backends() -> None:
     a = kiln.to_device(np.zeros(4, np.float32), "interp")
     with pytest.raises(kiln.LaunchError, match="cuda kernel"):
         k[1, 1](a)
+
+
+@pytest.mark.parametrize("elem", [kiln.bf16, kiln.f16, kiln.f32], ids=str)
+def test_matrix_operations_compile_to_tensor_core_instructions(elem: kiln.ScalarType) -> None:
+    """The tensor-core GEMM example: `mma.sync` (m16n8k16, or m16n8k8 for tf32), `ldmatrix`
+    for 16-bit fragments from shared memory, `cp.async` with commit and wait; no local
+    memory for the fragments and accumulators (their indices are all constants)."""
+    kernel = examples.make_matmul_mma(elem)
+    src = cuda_source(kernel.program((elem[:, :], elem[:, :], f32[:, :])))
+    ptx = kiln_nvrtc.compile_source(src, kernel.name, kiln_nvrtc.options_for("sm_80", "ptx"),
+                                    "ptx").decode()
+    shape, kind = ("m16n8k8", "tf32") if elem == kiln.f32 else ("m16n8k16", elem.name)
+    assert f"mma.sync.aligned.{shape}.row.col.f32.{kind}.{kind}.f32" in ptx
+    assert ("ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx) == (elem != kiln.f32)
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group 1" in ptx
+    assert ".local" not in ptx
+
+
+def test_large_shared_tiles_use_dynamic_shared_memory() -> None:
+    kernel = examples.make_matmul_mma(kiln.bf16, bm=128, bn=256, bk=32, wm=64, wn=64,
+                                      stages=4)
+    src = cuda_source(kernel.program((kiln.bf16[:, :], kiln.bf16[:, :], f32[:, :])))
+    assert "extern __shared__ __align__(16) unsigned char kiln_shared[];" in src
+    compiled = kiln.CompiledKernel(kernel.name, (), src)
+    done = cuda.compiler.finish(compiled, _FakeDevice())  # type: ignore[arg-type]
+    assert done.binary and done.metadata["shared_bytes"] == 4 * (128 * 40 + 32 * 264) * 2
+
+
+class _FakeDevice:
+    class capabilities:
+        arch = "sm_90"
+
+
+@requires_backend("cpu", "no C compiler to build the launch shim")
+def test_launch_shim_passes_every_field_to_the_driver_entry() -> None:
+    """The C launch shim (kiln/backends/cuda/shim.py), built with the system compiler,
+    calls its entry point with the record's fields in cuLaunchKernel's order; a stand-in
+    entry records them (no driver needed)."""
+    seen: list[tuple[int, ...]] = []
+    entry_type = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7,
+                                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+    def fake(*args: int | None) -> int:
+        seen.append(tuple(a or 0 for a in args))
+        return 7
+
+    entry = entry_type(fake)
+    address = ctypes.cast(entry, ctypes.c_void_p).value
+    keep, arg = shim.record(0x1234, (2, 3, 4), (32, 2, 1), 49152, 0x99, 0x5678, entry=address)
+    assert shim.compiled()(arg) == 7
+    assert seen == [(0x1234, 2, 3, 4, 32, 2, 1, 49152, 0x99, 0x5678, 0)]
+
+
+def test_tf32_split_gemm_compiles_without_local_memory() -> None:
+    """3xTF32: `kiln.tf32` as the same rounding helper the fragment loads use, three
+    tf32 mma per tile, fragments and accumulators in registers."""
+    kernel = examples.make_matmul_tf32x3()
+    src = cuda_source(kernel.program((f32[:, :], f32[:, :], f32[:, :])))
+    assert "__uint_as_float(kiln_tf32(" in src
+    ptx = kiln_nvrtc.compile_source(src, kernel.name, PTX_OPTIONS, "ptx").decode()
+    assert ptx.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") >= 3 * 16
+    assert ".local" not in ptx

@@ -30,6 +30,7 @@ from kiln.ir.passes import (
     inline_functions,
     lower_aggregates,
     lower_bf16,
+    lower_matrix_ops,
     pipeline_for,
     remove_dead_code,
 )
@@ -777,17 +778,20 @@ class FakeDevice:
 
 
 def test_pipelines() -> None:
-    assert default_pipeline() == [inline_aggregate_returns, lower_aggregates, lower_bf16,
-                                  fold_constants, remove_dead_code]
+    scalar_matrix = lower_matrix_ops(False)
+    assert default_pipeline() == [scalar_matrix, inline_aggregate_returns, lower_aggregates,
+                                  lower_bf16, fold_constants, remove_dead_code]
     assert pipeline_for(None) == default_pipeline()
-    inlining = pipeline_for(None, inline=True)  # recursion bounded ([2]) before inlining
-    assert [*inlining[:2], *inlining[3:]] == [*default_pipeline(), inline_functions]
-    assert pipeline_for(FakeDevice())[3:] == default_pipeline()[2:]  # type: ignore[arg-type]
+    assert pipeline_for(None, matrix_units=True) == [lower_matrix_ops(True),
+                                                     *default_pipeline()[1:]]
+    inlining = pipeline_for(None, inline=True)  # recursion bounded ([3]) before inlining
+    assert [*inlining[:3], *inlining[4:]] == [*default_pipeline(), inline_functions]
+    assert pipeline_for(FakeDevice())[4:] == default_pipeline()[3:]  # type: ignore[arg-type]
     passes = pipeline_for(FakeDevice(), inline=True)  # type: ignore[arg-type]
-    assert passes[:2] == [inline_aggregate_returns, lower_aggregates]
-    assert passes[4:] == [lower_bf16, fold_constants, remove_dead_code, inline_functions]
+    assert passes[:3] == [scalar_matrix, inline_aggregate_returns, lower_aggregates]
+    assert passes[5:] == [lower_bf16, fold_constants, remove_dead_code, inline_functions]
     with pytest.raises(kiln.DeviceFeatureError):
-        passes[2](uses_f64.program((f32[:],)))
+        passes[3](uses_f64.program((f32[:],)))
 
 
 # ---------------------------------------------------------------- inlining, run

@@ -246,3 +246,24 @@ def test_registered_unavailable_backend_is_explained() -> None:
     assert kiln.device().backend.name != "nodriver"
     with pytest.raises(kiln.DeviceNotFoundError, match="Frobnicator"):
         kiln.device("nodriver")
+
+
+def test_a_plan_with_inlined_launch_statements_checks_then_runs_them(interp) -> None:
+    """A backend's `launch_inline` statements (CUDA's pack + launch) run inside the plan,
+    after its checks; anything the checks reject declines to the full path."""
+    from kiln.execution import fastpath
+
+    class Plans:
+        name = "k"
+        launch_plans: dict[Any, Any] = {}
+
+    seen: list[tuple[Any, ...]] = []
+    a = kiln.zeros(4, f32, interp)
+    fastpath.remember(Plans, "key", (a, 3), (f32[:], i32), interp, None, (), (),
+                      convert=False, inline=({"seen": seen}, ["seen.append((a0, a1))"]))
+    plan = Plans.launch_plans["key"]
+    assert plan((a, 5)) and seen == [(a, 5)]
+    for wrong in ((a, 2**40), (a, 1.5), (kiln.zeros(4, f64, interp), 1),
+                  (kiln.zeros((2, 2), f32, interp), 1), (a,)):
+        assert not plan(wrong)
+    assert seen == [(a, 5)]

@@ -197,10 +197,16 @@ class NativeVectors:
         return {a.array.name for n in walk(self.func.body) if isinstance(n, ir.VectorAccess)
                 and (a := self.wide(n)) is not None}
 
+    def matrix_arrays(self) -> set[str]:
+        """Arrays of the current function that native matrix operations read or write."""
+        return {a.name for n in walk(self.func.body) if isinstance(n, ir.IntrinsicCall)
+                and n.name.startswith("native_") for a in n.args if isinstance(a, ir.Var)}
+
     def declaration(self, name: str, t: Type, cname: str | None = None) -> str:
-        """Shared arrays accessed with vectors are aligned for them (16 bytes)."""
+        """Shared arrays accessed with vectors, or by matrix operations (16-byte `ldmatrix`
+        rows and `cp.async` copies), are aligned for them (16 bytes)."""
         text: str = super().declaration(name, t, cname)  # type: ignore[misc]
         if isinstance(t, ArrayType) and t.space is MemorySpace.SHARED \
-                and name in self.vector_arrays():
+                and (name in self.vector_arrays() or name in self.matrix_arrays()):
             return text[:-1] + " __attribute__((aligned(16)));"
         return text

@@ -58,7 +58,8 @@ class Coverage:
         for cls, ops in OPERATOR_NODES.items():
             out += [f"{cls.__name__} operator {op!r}" for op in ops
                     if (cls.__name__, op) not in self.operators]
-        out += [f"intrinsic {n}" for n in intrinsics.names() if n not in self.intrinsics]
+        out += [f"intrinsic {n}" for n in intrinsics.names() if n not in self.intrinsics
+                and intrinsics[n].category != "matrix_native"]  # made by a pass, for CUDA
         return out
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import LaunchError
-from ..framework.backend import Dim3, FastLaunch, Launchable, supports
+from ..framework.backend import Dim3, FastLaunch, InlineLaunch, Launchable, supports
 from ..framework.registry import registry
 from ..ir.nodes import Program
 from ..ir.types import (
@@ -201,7 +201,11 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
         b.watch.arm()
     elif b.args is args and not b.copy_back and not _lowered(b.arg_types):
         key = (grid, block, device, stream)
-        if supports(b.routine, FastLaunch):  # its own fast launch; it packs Python numbers
+        if supports(b.routine, InlineLaunch):  # the launch as statements in the plan itself
+            code = b.routine.launch_inline(b.grid, b.block, b.device_args, b.stream.handle)
+            remember(kernel, key, args, b.arg_types, b.device, None, (), (), convert=False,
+                     inline=code)
+        elif supports(b.routine, FastLaunch):  # its own fast launch; it packs Python numbers
             call = b.routine.launch_target(b.grid, b.block, b.device_args, b.stream.handle)
             remember(kernel, key, args, b.arg_types, b.device, call, (), (), convert=False)
         else:

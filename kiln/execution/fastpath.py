@@ -43,13 +43,16 @@ def try_plan(kernel: Kernel, grid: Any, block: Any, device: Any, stream: Any,
 
 def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
              arg_types: tuple[Type, ...], dev: Device, call: Callable[..., None],
-             before: tuple[Any, ...], after: tuple[Any, ...], convert: bool = True) -> None:
+             before: tuple[Any, ...], after: tuple[Any, ...], convert: bool = True,
+             inline: tuple[dict[str, Any], list[str]] | None = None) -> None:
     """Compile and store the plan for a launch that just passed the full checks.
 
     The plan calls `call(*before, device_args, *after)` (the backend's launch). Scalars are
     converted to their parameters' NumPy types unless `convert` is false (a backend launch
     target that packs checked Python numbers itself). Launches with NumPy or foreign arrays
-    (which need copies or adoption) get no plan.
+    (which need copies or adoption) get no plan. With `inline` (names and statements over
+    the arguments `a0, a1, ...`, from a backend's `launch_inline`), the plan runs those
+    statements instead of calling `call`: one function checks, packs and launches.
     """
     try:
         hash(key)
@@ -58,6 +61,8 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
     checks, outs = [], []
     names = ", ".join(f"a{i}" for i in range(len(args)))
     scope: dict[str, Any] = {"DA": DeviceArray, "DEV": dev, "call": call}
+    if inline is not None:
+        scope.update(inline[0])
     scope.update({f"B{j}": v for j, v in enumerate(before)})
     scope.update({f"A{j}": v for j, v in enumerate(after)})
     for i, (value, t) in enumerate(zip(args, arg_types)):
@@ -87,9 +92,11 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
         f"    if len(a) != {len(args)}:\n        return False\n"
         + (f"    {names}, = a\n" if args else "")
         + (f"    if not ({' and '.join(checks)}):\n        return False\n" if checks else "")
-        + f"    call({''.join(f'B{j}, ' for j in range(len(before)))}"
-        + ("a" if outs == names.split(", ") and not convert else f"[{', '.join(outs)}]")
-        + f"{''.join(f', A{j}' for j in range(len(after)))})\n    return True\n"
+        + (("".join(f"    {line}\n" for line in inline[1]) + "    return True\n")
+           if inline is not None else
+           f"    call({''.join(f'B{j}, ' for j in range(len(before)))}"
+           + ("a" if outs == names.split(", ") and not convert else f"[{', '.join(outs)}]")
+           + f"{''.join(f', A{j}' for j in range(len(after)))})\n    return True\n")
     )
     exec(compile(source, f"<kiln launch plan {kernel.name}>", "exec"), scope)
     kernel.launch_plans[key] = scope["plan"]

@@ -69,16 +69,16 @@ class Kernel(Compilable):
         raise TypeError(f"launch a kernel with {self.name}[grid, block](...) or kiln.launch(...)")
 
     def __getitem__(self, config: Any) -> Launcher | SizedLauncher:
-        if isinstance(config, Dim) or (isinstance(config, tuple) and len(config) == 2
-                                       and isinstance(config[0], Dim)):
-            size, stream = (config, None) if isinstance(config, Dim) else config
-            return SizedLauncher(self, size, stream)
         try:  # launchers are kept per configuration: each remembers its fast-path plan
             launcher = self._launchers.get(config)
         except TypeError:  # an unhashable grid or block (a list)
             launcher = None
-        if launcher is not None:
+        if launcher is not None:  # first: this lookup is all a repeated launch pays
             return launcher
+        if isinstance(config, Dim) or (isinstance(config, tuple) and len(config) == 2
+                                       and isinstance(config[0], Dim)):
+            size, stream = (config, None) if isinstance(config, Dim) else config
+            return SizedLauncher(self, size, stream)
         if not isinstance(config, tuple) or not 2 <= len(config) <= 3:
             raise TypeError(f"write {self.name}[grid, block], {self.name}[grid, block, stream] "
                             f"or {self.name}[kiln.dim(n)]")

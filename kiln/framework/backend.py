@@ -21,9 +21,9 @@ and, by execution model (each has a driver in `kiln.execution.drivers`):
 
 Every optional capability is a protocol below, checked with `supports(obj, Protocol)` (an
 `isinstance` remembered per class) by the part of kiln that uses it, never looked up by
-name: `ZeroCopy`, `SubBuffers` and `PeerCopy` (allocator), `FastLaunch` and `PreparesLaunch`
-(launchables), `Partitionable`, `RawKernels`, `GraphCapture`, `CudaArrayInterop`,
-`DLPackInterop` (backend).
+name: `ZeroCopy`, `SubBuffers` and `PeerCopy` (allocator), `FastLaunch`, `InlineLaunch`
+and `PreparesLaunch` (launchables), `Partitionable`, `RawKernels`, `GraphCapture`,
+`CudaArrayInterop`, `DLPackInterop` (backend).
 
 A launch's `args` are, in parameter order, `DeviceArray`s for arrays and NumPy scalars of
 the parameter types for scalars; `stream` is the backend's own stream handle (from
@@ -219,6 +219,16 @@ class FastLaunch(Protocol):
 
     def launch_target(self, grid: Dim3, block: Dim3, args: Sequence[Any],
                       stream: Any) -> Callable[[Sequence[Any]], None]: ...
+
+
+@runtime_checkable
+class InlineLaunch(Protocol):
+    """A launchable whose fast launch the executor's plan inlines: `launch_inline(...)`
+    gives names and statements over the arguments `a0, a1, ...` (pack and launch) that the
+    plan runs after its checks, in one generated function (preferred to `FastLaunch`)."""
+
+    def launch_inline(self, grid: Dim3, block: Dim3, args: Sequence[Any],
+                      stream: Any) -> tuple[dict[str, Any], list[str]]: ...
 
 
 @runtime_checkable

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+from .enums import MemorySpace
 from .types import (
     ArrayType,
+    FragmentType,
     ScalarType,
     Type,
     VectorType,
@@ -104,12 +106,15 @@ class IntrinsicRegistry:
         return None
 
     def missing(self, namespaces: Sequence[str]) -> list[str]:
-        """Standard intrinsics with no implementation along the chain (vector intrinsics
-        are lowered to scalar code before any backend sees them)."""
+        """Standard intrinsics with no implementation along the chain (vector and matrix
+        intrinsics are lowered before any backend sees them; the native matrix forms exist
+        only on backends with matrix units)."""
         return [n for n, s in self._specs.items()
-                if s.category != "vector" and self.implementation(n, namespaces) is None]
+                if s.category not in LOWERED_CATEGORIES
+                and self.implementation(n, namespaces) is None]
 
 
+LOWERED_CATEGORIES = ("vector", "matrix", "matrix_native")
 intrinsics = IntrinsicRegistry()
 
 # ---------------------------------------------------------------- typing rules
@@ -275,6 +280,143 @@ for _name, _result in zip(WARP_VOTES, (bool_, bool_, u64)):
                                   warp_convergent=True))
 
 INDEX_BASES = ("thread_idx", "block_idx", "block_dim", "grid_dim")
+
+
+# ---------------------------------------------------------------- matrix units
+# Warp-level matrix multiply-accumulate and asynchronous copies (docs/language-advanced.md,
+# "Matrix multiply-accumulate"). Typed here; `lower_matrix_ops` (kiln.ir.passes) rewrites
+# them before any backend sees them: into the "matrix_native" intrinsics below where the
+# device has matrix units (CUDA sm_80+), into plain scalar code everywhere else.
+
+MMA_ELEMENTS = (f16, bf16, f32)
+
+
+def _int_args(name: str, args: Sequence[Type], what: str) -> None:
+    for t in args:
+        if not (isinstance(t, ScalarType) and (t.is_int or t.is_bool)):
+            raise IntrinsicTypeError(f"the {what} of {name} must be integers, got {t}")
+
+
+def _matrix_array(name: str, t: Type, elems: Sequence[ScalarType]) -> ArrayType:
+    if not (isinstance(t, ArrayType) and t.ndim == 2 and t.elem in elems
+            and t.space is not MemorySpace.LOCAL):
+        allowed = ", ".join(e.name for e in elems)
+        raise IntrinsicTypeError(f"{name} takes a 2-d global or shared array of {allowed}, "
+                                 f"got {t}")
+    return t
+
+
+def _mma_load(use: str) -> Typing:
+    name = f"mma_load_{use}"
+
+    def rule(args: Sequence[Type]) -> tuple[list[Type], Type]:
+        arr = _matrix_array(name, args[0], MMA_ELEMENTS)
+        _int_args(name, args[1:], "row and column")
+        return [arr, i32, i32], FragmentType(use, arr.elem)  # type: ignore[arg-type]
+
+    return rule
+
+
+def _accumulator(name: str, t: Type) -> None:
+    if not (isinstance(t, ArrayType) and t.space is MemorySpace.LOCAL and t.elem == f32
+            and t.ndim == 1 and t.size % 4 == 0):
+        raise IntrinsicTypeError(f"the accumulator of {name} is a kiln.local(f32, 4 * tiles) "
+                                 f"array, got {t}")
+
+
+def _mma(args: Sequence[Type]) -> tuple[list[Type], Type]:
+    """(acc, tile, a, b): acc[4 tile : 4 tile + 4] += a @ b, this thread's elements."""
+    acc, tile, a, b = args
+    _accumulator("mma", acc)
+    _int_args("mma", [tile], "accumulator tile")
+    if not (isinstance(a, FragmentType) and a.use == "a"):
+        raise IntrinsicTypeError(f"the third argument of mma is an A fragment "
+                                 f"(kiln.mma_load_a), got {a}")
+    if not (isinstance(b, FragmentType) and b.use == "b"):
+        raise IntrinsicTypeError(f"the fourth argument of mma is a B fragment "
+                                 f"(kiln.mma_load_b), got {b}")
+    if a.elem != b.elem:
+        raise IntrinsicTypeError(f"mma of {a.elem} and {b.elem} fragments: both operands "
+                                 "must have one element type")
+    return [acc, i32, a, b], void
+
+
+def _mma_store(args: Sequence[Type]) -> tuple[list[Type], Type]:
+    """(array, row, col, acc, tile): the thread's elements of one accumulator tile."""
+    arr = _matrix_array("mma_store", args[0], (f16, bf16, f32, f64))
+    _int_args("mma_store", [*args[1:3], args[4]], "row, column and tile")
+    _accumulator("mma_store", args[3])
+    return [arr, i32, i32, args[3], i32], void
+
+
+def _copy_async(args: Sequence[Type]) -> tuple[list[Type], Type]:
+    """(dst, dst index..., src, src index..., count): `count` elements along the last axis."""
+    dst = args[0]
+    if not (isinstance(dst, ArrayType) and dst.space is MemorySpace.SHARED
+            and isinstance(dst.elem, ScalarType)):
+        raise IntrinsicTypeError(f"copy_async copies into a kiln.shared array, got {dst}")
+    src_at = 1 + dst.ndim
+    if len(args) <= src_at or not isinstance(args[src_at], ArrayType):
+        raise IntrinsicTypeError(f"copy_async: {dst.ndim} index(es) into the shared array, "
+                                 "then the global source array")
+    src = args[src_at]
+    assert isinstance(src, ArrayType)
+    if src.space is not MemorySpace.GLOBAL or src.elem != dst.elem:
+        raise IntrinsicTypeError(f"copy_async copies from a global {dst.elem} array, got {src}")
+    if len(args) != src_at + src.ndim + 2:
+        raise IntrinsicTypeError(f"copy_async takes (dst, {dst.ndim} index(es), src, "
+                                 f"{src.ndim} index(es), count), got {len(args)} arguments")
+    _int_args("copy_async", [*args[1:src_at], *args[src_at + 1:]], "indices and count")
+    return [dst, *[i32] * dst.ndim, src, *[i32] * (src.ndim + 1)], void
+
+
+def _wait_count(args: Sequence[Type]) -> tuple[list[Type], Type]:
+    _int_args("copy_async_wait", args, "count")
+    return [i32], void
+
+
+MATRIX_OPS = ("mma_load_a", "mma_load_b", "mma", "mma_store", "copy_async",
+              "copy_async_commit", "copy_async_wait", "tf32")
+intrinsics.register(Intrinsic("tf32", "matrix", (1, 1), _fixed(f32, f32), None))
+for _use in "ab":
+    intrinsics.register(Intrinsic(f"mma_load_{_use}", "matrix", (3, 3), _mma_load(_use),
+                                  Variance.THREAD, warp_convergent=True))
+intrinsics.register(Intrinsic("mma", "matrix", (4, 4), _mma, Variance.THREAD,
+                              side_effects=True, warp_convergent=True))
+intrinsics.register(Intrinsic("mma_store", "matrix", (5, 5), _mma_store, Variance.THREAD,
+                              side_effects=True))
+intrinsics.register(Intrinsic("copy_async", "matrix", (5, 9), _copy_async, Variance.THREAD,
+                              side_effects=True))
+intrinsics.register(Intrinsic("copy_async_commit", "matrix", (0, 0), _fixed(void),
+                              Variance.UNIFORM, side_effects=True))
+intrinsics.register(Intrinsic("copy_async_wait", "matrix", (1, 1), _wait_count,
+                              Variance.UNIFORM, side_effects=True))
+
+
+def _native(result: Type = void) -> Typing:
+    def rule(args: Sequence[Type]) -> tuple[list[Type], Type]:
+        return list(args), result
+
+    return rule
+
+
+# What `lower_matrix_ops` leaves for devices with matrix units (CUDA spells them): fragments
+# are then local u32 arrays holding the lane's part of the tile (PTX's layouts).
+MATRIX_NATIVE = {
+    # (fragments, offset, array, row, col, leading dimension)
+    "native_load_a": True, "native_load_b": True,
+    # (acc, offset, fragments a, offset, fragments b, offset, kind 0 f16, 1 bf16, 2 tf32)
+    "native_mma": True,
+    # (dst, dst flat index, src, src flat index, bytes)
+    "native_copy_async": False, "native_copy_async_commit": False,
+    "native_copy_async_wait": False,
+    "native_tf32": False,  # (value): the value rounded to tf32, as f32
+}
+for _name, _warp in MATRIX_NATIVE.items():
+    _pure = _name == "native_tf32"
+    intrinsics.register(Intrinsic(_name, "matrix_native", (0, 8), _native(f32 if _pure else void),
+                                  None if _pure else Variance.THREAD, side_effects=not _pure,
+                                  warp_convergent=_warp))
 
 
 # ---------------------------------------------------------------- vectors

@@ -153,6 +153,37 @@ class VectorType(Type):
 
 
 @dataclass(frozen=True)
+class FragmentType(Type):
+    """A warp's matrix-multiply operand tile (`kiln.mma_load_a` / `kiln.mma_load_b`): the
+    A tile is 16 x K, the B tile K x 8, with K = 16 for f16 and bf16 and K = 8 for f32
+    (multiplied as tf32). Opaque: made by a load, used by `kiln.mma`; the pass
+    `lower_matrix_ops` gives it each backend's representation."""
+
+    use: str  # "a" or "b"
+    elem: ScalarType
+
+    @staticmethod
+    def of(use: str, elem: object) -> FragmentType:
+        """The fragment type, or a TypeError naming the element types matrix units take."""
+        if elem not in (f16, bf16, f32):
+            raise TypeError(f"matrix fragments hold f16, bf16 or f32 (as tf32), not {elem}")
+        return FragmentType(use, elem)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"fragment_{self.use}({self.elem.name})"
+
+    @property
+    def k(self) -> int:
+        """The reduction depth of one `mma` with this element type."""
+        return 8 if self.elem.bits == 32 else 16
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The tile's rows and columns."""
+        return (16, self.k) if self.use == "a" else (self.k, 8)
+
+
+@dataclass(frozen=True)
 class StructType(Type):
     """A record (`@kiln.struct`): named fields of scalar, vector and record types.
 

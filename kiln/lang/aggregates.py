@@ -16,6 +16,7 @@ from ..ir import nodes as ir
 from ..ir.types import (
     COMPONENTS,
     ArrayType,
+    FragmentType,
     ScalarType,
     StructType,
     Type,
@@ -405,5 +406,5 @@ class AggregateBuilder:
 
 
 def is_value_type(t: Type) -> bool:
-    """Scalars, records, variants and vectors: what variables may hold."""
-    return isinstance(t, ScalarType) or is_aggregate(t)
+    """Scalars, records, variants, vectors and matrix fragments: what variables may hold."""
+    return isinstance(t, (ScalarType, FragmentType)) or is_aggregate(t)

@@ -48,7 +48,7 @@ store = KernelOnly("store")  # kiln.store(a, i, v): v into a[4i:4i+4]
 _INTRINSIC_OBJECTS: dict[str, KernelOnly] = {
     name: KernelOnly(name, name)
     for name in intrinsics.names()
-    if intrinsics[name].category in ("sync", "atomic", "math", "warp", "vector")
+    if intrinsics[name].category in ("sync", "atomic", "math", "warp", "vector", "matrix")
 }
 barrier = _INTRINSIC_OBJECTS["barrier"]
 mem_fence = _INTRINSIC_OBJECTS["mem_fence"]

@@ -20,6 +20,7 @@ from ..ir.types import (
     SCALAR_BY_DTYPE,
     ArrayType,
     ConstexprType,
+    FragmentType,
     ScalarType,
     StructType,
     Type,
@@ -42,7 +43,7 @@ def kiln_type_of(obj: Any) -> Type | None:
 def type_from_object(obj: Any) -> Type | None:
     """A kiln type from an annotation object (`f32`, `f32[:]`, `f32x4`, a struct class, a
     variant, `int`, `np.float32`...)."""
-    if isinstance(obj, (ScalarType, VectorType, ArrayType, ConstexprType)):
+    if isinstance(obj, (ScalarType, VectorType, ArrayType, ConstexprType, FragmentType)):
         return obj
     record = kiln_type_of(obj)
     if record is not None:

@@ -25,15 +25,24 @@ from ...framework.backend import (
 from ...framework.buildenv import BuildEnv
 from ...framework.cache import CompileCache, cache_key
 from ...ir.intrinsics import atomic_capabilities
+from ...ir.passes import Pass, pipeline_for
 from ...options import KernelOptions
 from . import interop, nvrtc
-from .dialect import CudaEmitter
+from .dialect import DYNAMIC_SHARED, CudaEmitter
 from .driver import Context, api, check, probe
 from .launch import Routine, load_module, raw_layout
 from .memory import Buffer, PinnedStaging
 
 if TYPE_CHECKING:
     from ...runtime.device import Device
+
+def has_matrix_units(device: Device | None) -> bool:
+    """Whether kiln's `mma`/`ldmatrix`/`cp.async` forms apply: sm_80 and newer (and source
+    generated without a device, which targets the newest)."""
+    if device is None:
+        return True
+    arch = device.capabilities.arch
+    return arch.startswith("sm_") and int(arch[3:].rstrip("a")) >= 80
 
 
 
@@ -105,8 +114,8 @@ def capabilities_of(ordinal: int) -> Capabilities:
     attr = {n: _attribute(drv, dev, n) for n in (
         "MAX_THREADS_PER_BLOCK", "MAX_BLOCK_DIM_X", "MAX_BLOCK_DIM_Y", "MAX_BLOCK_DIM_Z",
         "MAX_GRID_DIM_X", "MAX_GRID_DIM_Y", "MAX_GRID_DIM_Z", "MAX_SHARED_MEMORY_PER_BLOCK",
-        "MULTIPROCESSOR_COUNT", "WARP_SIZE", "COMPUTE_CAPABILITY_MAJOR",
-        "COMPUTE_CAPABILITY_MINOR")}
+        "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", "MULTIPROCESSOR_COUNT", "WARP_SIZE",
+        "COMPUTE_CAPABILITY_MAJOR", "COMPUTE_CAPABILITY_MINOR")}
     major, minor = attr["COMPUTE_CAPABILITY_MAJOR"], attr["COMPUTE_CAPABILITY_MINOR"]
     return Capabilities(
         backend="cuda", name=name, kind=DeviceKind.GPU,
@@ -114,7 +123,10 @@ def capabilities_of(ordinal: int) -> Capabilities:
         max_block_dims=(attr["MAX_BLOCK_DIM_X"], attr["MAX_BLOCK_DIM_Y"],
                         attr["MAX_BLOCK_DIM_Z"]),
         max_grid_dims=(attr["MAX_GRID_DIM_X"], attr["MAX_GRID_DIM_Y"], attr["MAX_GRID_DIM_Z"]),
-        shared_memory_per_block=attr["MAX_SHARED_MEMORY_PER_BLOCK"],
+        # what a kernel may opt in to (H100: 227 KiB); over 48 KiB kiln makes the kernel's
+        # shared arrays dynamic and raises its limit at load (`CudaEmitter.declare_locals`)
+        shared_memory_per_block=max(attr["MAX_SHARED_MEMORY_PER_BLOCK"],
+                                    attr["MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"]),
         compute_units=attr["MULTIPROCESSOR_COUNT"],
         global_memory=int(check(drv.cuDeviceTotalMem(dev), "cuDeviceTotalMem")),
         warp_size=attr["WARP_SIZE"], fp64=True, fp16=(major, minor) >= (5, 3),
@@ -131,8 +143,10 @@ class CudaCompiler(SourceCompiler):
     def finish(self, kernel: CompiledKernel, device: Device) -> CompiledKernel:
         code = compile_cached(kernel.source, kernel.entry, device.capabilities.arch,
                               fastmath=kernel.options.fastmath)
+        dynamic = DYNAMIC_SHARED.search(kernel.source)  # over 48 KiB of shared arrays
         return dataclasses.replace(kernel, binary=code.image, metadata=MappingProxyType(
-            {**kernel.metadata, "target": code.target}))
+            {**kernel.metadata, "target": code.target,
+             "shared_bytes": int(dynamic[1]) if dynamic else 0}))
 
 
 class CudaLoader(Loader):
@@ -140,7 +154,8 @@ class CudaLoader(Loader):
         """The cubin loaded into the device's context (`Routine` launches it)."""
         assert compiled.binary is not None, "CudaCompiler always sets the binary"
         context: Context = device.handle
-        return Routine(context, load_module(context, compiled.binary), compiled.entry)
+        return Routine(context, load_module(context, compiled.binary), compiled.entry,
+                       shared_bytes=int(compiled.metadata.get("shared_bytes", 0)))
 
 
 class CudaAllocator(Allocator):
@@ -224,6 +239,11 @@ class CudaBackend(JITBackend):
     def device_handles(self) -> Sequence[tuple[Any, Capabilities]]:
         count = int(check(api().cuDeviceGetCount(), "cuDeviceGetCount"))
         return [(Context(i), capabilities_of(i)) for i in range(count)]
+
+    def pipeline(self, device: Device) -> Sequence[Pass]:
+        """The shared pipeline, with matrix operations in their native forms on sm_80+."""
+        return [*pipeline_for(device, matrix_units=has_matrix_units(device)),
+                *self.codegen_passes]
 
     def build_identity(self, device: Device) -> str:
         major, minor = nvrtc.version()

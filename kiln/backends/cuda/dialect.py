@@ -7,6 +7,7 @@ with PTX `cvt` (arithmetic happens in f32 and rounds once on assignment).
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 from ...codegen import c_intrinsics  # noqa: F401 - registers the "c" spellings
@@ -16,9 +17,14 @@ from ...codegen.vectors import NativeVectors
 from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
 from ...ir.intrinsics import INDEX_BASES, intrinsics
-from ...ir.types import ArrayType, ScalarType, f16, f32, f64, i32, i64, u32, u64
+from ...ir.types import ArrayType, ScalarType, Type, f16, f32, f64, i32, i64, u32, u64
 from ...ir.visit import walk
 from . import warps  # noqa: F401 - registers the warp operations' spellings
+from .matrix import PRELUDE as MATRIX_PRELUDE
+from .matrix import uses_matrix_units
+
+STATIC_SHARED_LIMIT = 48 * 1024
+DYNAMIC_SHARED = re.compile(r"// kiln dynamic shared: (\d+) bytes")
 
 PROLOGUE = """\
 typedef signed char int8_t;
@@ -84,8 +90,33 @@ class CudaEmitter(NativeVectors, CEmitter):
         **C_HELPERS, "atomic_min": _cas_float("min"), "atomic_max": _cas_float("max"),
     }
 
+    def declare_locals(self, locals_: dict[str, Type]) -> None:
+        """Shared arrays over 48 KiB in all become pointers into dynamic shared memory
+        (the launch passes its size; `Routine` raises the kernel's limit)."""
+        shared = {n: t for n, t in locals_.items()
+                  if isinstance(t, ArrayType) and t.space is MemorySpace.SHARED}
+        sizes = {n: t.size * t.elem.itemsize for n, t in shared.items()}  # type: ignore
+        if sum(sizes.values()) <= STATIC_SHARED_LIMIT:
+            super().declare_locals(locals_)
+            return
+        offsets, total = {}, 0
+        for name, nbytes in sizes.items():
+            offsets[name] = total
+            total += (nbytes + 15) // 16 * 16
+        self.line(f"extern __shared__ __align__(16) unsigned char kiln_shared[];  "
+                  f"// kiln dynamic shared: {total} bytes")
+        for name, t in locals_.items():
+            if name in offsets:
+                elem = self.storage_type(t.elem)  # type: ignore[attr-defined]
+                self.line(f"{elem} *{self.names[name]} = ({elem} *)(kiln_shared + "
+                          f"{offsets[name]});")
+            else:
+                self.line(self.declaration(name, t))
+
     def emit_prologue(self) -> None:
         self.prologue = PROLOGUE + HALF if _uses_half(self.program) else PROLOGUE
+        if uses_matrix_units(self.program):
+            self.prologue += MATRIX_PRELUDE
         super().emit_prologue()
 
 

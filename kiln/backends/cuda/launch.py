@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import re
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,11 +19,13 @@ import numpy as np
 
 from ...ir.types import bf16
 from .driver import Context, api, check, error_name
+from .shim import record, shim
 
 Dim3 = tuple[int, int, int]
 POINTER = "P"
 BF16 = bf16.dtype
 INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT
+STATIC_SHARED_LIMIT = 48 * 1024  # more needs dynamic shared memory and an attribute
 
 
 def _align(offset: int, size: int) -> int:
@@ -116,6 +119,11 @@ class Routine:
                               f"cuModuleGetFunction({name})")
         self.layout = layout
         self.shared_bytes = shared_bytes
+        if shared_bytes > STATIC_SHARED_LIMIT:  # opt in to the device's larger limit
+            attribute = api().CUfunction_attribute
+            check(api().cuFuncSetAttribute(
+                self.function, attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared_bytes), f"cuFuncSetAttribute({name}, {shared_bytes} bytes shared)")
         self._pack: Callable[[Sequence[Any]], None] | None = None
 
     def launch(self, grid: Dim3, block: Dim3, args: Sequence[Any], stream: Any) -> None:
@@ -137,13 +145,24 @@ class Routine:
             raise RuntimeError(f"cuLaunchKernel({self.name}) failed: {error_name(err)}")
 
     def _scope(self, grid: Dim3, block: Dim3, stream: Any) -> tuple[dict[str, Any], str]:
-        """Names and body of a generated launch of this kernel with parameter block `P`."""
+        """Names and body of a generated launch of this kernel with parameter block `P`
+        (`_bind` completes the names once `P` is known)."""
         scope = {"launch": api().cuLaunchKernel, "F": self.function, "S": stream,
-                 "retry": self.call, "G": grid, "B": block}
-        dims = ", ".join(str(d) for d in (*grid, *block))
-        body = (f"    err, = launch(F, {dims}, {self.shared_bytes}, S, P, 0)\n"
-                "    if err:\n        retry(G, B, P, S)")
+                 "retry": self.call, "G": grid, "B": block, "run": shim()}
+        if scope["run"] is not None:  # one C call with a prebuilt record (`shim`)
+            body = "    if run(R):\n        retry(G, B, P, S)"
+        else:
+            dims = ", ".join(str(d) for d in (*grid, *block))
+            body = (f"    err, = launch(F, {dims}, {self.shared_bytes}, S, P, 0)\n"
+                    "    if err:\n        retry(G, B, P, S)")
         return scope, body
+
+    def _bind(self, scope: dict[str, Any], params: int) -> None:
+        """Fill in the parameter block's address (and the shim's launch record)."""
+        scope["P"] = params
+        if scope["run"] is not None:
+            scope["keep_record"], scope["R"] = record(
+                self.function, scope["G"], scope["B"], self.shared_bytes, scope["S"], params)
 
     def launch_target(self, grid: Dim3, block: Dim3, args: Sequence[Any],
                       stream: Any) -> Callable[[Sequence[Any]], None]:
@@ -151,8 +170,24 @@ class Routine:
         `args` (the executor's fast path checks that they are)."""
         scope, body = self._scope(grid, block, stream.stream)
         param_block, run = _generate(self.layout(args), body, scope)
+        self._bind(scope, param_block.address)
         scope["keep"] = param_block  # alive as long as the function
         return run
+
+    def launch_inline(self, grid: Dim3, block: Dim3, args: Sequence[Any],
+                      stream: Any) -> tuple[dict[str, Any], list[str]]:
+        """The launch as statements over the arguments `a0, a1, ...` (and the names they
+        use), for the executor to put in its launch plan after its checks: one function
+        checks, packs and launches."""
+        scope, body = self._scope(grid, block, stream.stream)
+        codes, exprs = self.layout(args)
+        param_block = ParamBlock(codes)
+        scope.update(pack_into=param_block.struct.pack_into, data=param_block.data,
+                     keep=param_block)
+        self._bind(scope, param_block.address)
+        unpacked = [re.sub(r"a\[(\d+)\]", r"a\1", e) for e in exprs]
+        lines = [f"pack_into(data, 0, {', '.join(unpacked)})"] if exprs else []
+        return scope, lines + [line[4:] for line in body.splitlines()]
 
     def prepare_launch(self, grid: Dim3, block: Dim3, args: Sequence[Any],
                        stream: Any) -> Callable[[], None]:
@@ -160,7 +195,8 @@ class Routine:
         param_block, pack = _generate(self.layout(args), "", {})
         pack(args)
         scope, body = self._scope(grid, block, stream.stream)
-        scope.update(P=param_block.address, keep=(param_block, tuple(args)))
+        self._bind(scope, param_block.address)
+        scope["keep"] = (param_block, tuple(args))
         exec(compile(f"def f():\n{body}\n", "<kiln cuda prepared launch>", "exec"), scope)
         return scope["f"]
 

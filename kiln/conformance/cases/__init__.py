@@ -8,9 +8,10 @@ from . import (
     atomics,
     control,
     host,
+    matrix,
     spellings,
     wide,
 )
 
 MODULES = (algorithms, arithmetic, control, atomics, advanced, aggregates, wide, host,
-           spellings)
+           spellings, matrix)

@@ -20,6 +20,7 @@ from .dead_code import remove_dead_code
 from .features import device_feature_check
 from .fold import fold_constants
 from .inline import inline_aggregate_returns, inline_functions
+from .matrix import lower_matrix_ops
 from .recursion import bound_recursion
 from .thread_loops import lower_thread_loops, widen_index_arithmetic
 from .validate import InternalError, validate
@@ -30,7 +31,8 @@ Pass = Callable[[Program], Program]
 __all__ = [
     "BackendTraits", "InternalError", "Pass", "PipelineTarget", "bound_recursion", "check_program",
     "default_pipeline", "device_feature_check", "fold_constants", "inline_aggregate_returns",
-    "inline_functions", "lower_aggregates", "lower_bf16", "lower_single_lane_warps",
+    "inline_functions", "lower_aggregates", "lower_bf16", "lower_matrix_ops",
+    "lower_single_lane_warps",
     "lower_thread_loops", "pipeline_for", "remove_dead_code", "widen_index_arithmetic",
 ]
 
@@ -44,11 +46,11 @@ def check_program(program: Program) -> Program:
 
 
 def default_pipeline() -> list[Pass]:
-    """Functions returning vectors, records or tuples inlined, then records, variants and
-    vectors lowered to scalars, bf16 arithmetic moved to f32, constants folded, dead code
-    gone."""
-    return [inline_aggregate_returns, lower_aggregates, lower_bf16, fold_constants,
-            remove_dead_code]
+    """Matrix operations as scalar code, functions returning vectors, records or tuples
+    inlined, then records, variants and vectors lowered to scalars, bf16 arithmetic moved
+    to f32, constants folded, dead code gone."""
+    return [lower_matrix_ops(False), inline_aggregate_returns, lower_aggregates, lower_bf16,
+            fold_constants, remove_dead_code]
 
 
 class BackendTraits(Protocol):
@@ -72,15 +74,17 @@ class PipelineTarget(Protocol):
     def backend(self) -> BackendTraits: ...
 
 
-def pipeline_for(device: PipelineTarget | None, *, inline: bool = False) -> list[Pass]:
+def pipeline_for(device: PipelineTarget | None, *, inline: bool = False,
+                 matrix_units: bool = False) -> list[Pass]:
     """The default pipeline, after the device's feature check (when a device is known) and
     before inlining of every device function (for backends that cannot call functions).
     On devices whose warps have one thread, warp operations are lowered first. Records,
     variants and vectors are lowered before anything else, so that the checks see scalars.
     Where the device's backend cannot recurse (or every call is inlined), recursive
-    functions are inlined to the depth the user gives (`bound_recursion`)."""
-    returns, lowering, *rest = default_pipeline()
-    passes: list[Pass] = [returns, lowering]
+    functions are inlined to the depth the user gives (`bound_recursion`). Matrix operations
+    come first: native where the device has `matrix_units`, scalar code elsewhere."""
+    _, returns, lowering, *rest = default_pipeline()
+    passes: list[Pass] = [lower_matrix_ops(matrix_units), returns, lowering]
     if device is not None:
         passes.append(device_feature_check(device.capabilities))
         if device.capabilities.warp_size == 1:

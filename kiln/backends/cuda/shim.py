@@ -1,0 +1,106 @@
+"""A one-argument C entry into the driver's `cuLaunchKernel`, for the launch fast path.
+
+cuda-bindings' `cuLaunchKernel` converts eleven Python arguments and builds a `CUresult`
+enum on every call; ctypes with eleven arguments is no cheaper. This shim takes one pointer
+to a `kiln_launch` record (the driver's entry point, the function, grid, block, shared
+bytes, stream and parameter pointers, filled once per launch configuration) and makes the
+call in C, so a launch costs one ctypes call with one prebuilt argument.
+
+It is built at first use with the system's C compiler (`cc`, or `$CC`) into kiln's cache
+(a few milliseconds, once per machine); where none is found, or the build fails, launches
+go through cuda-bindings as before. `KILN_CUDA_SHIM=0` turns it off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ...framework.cache import cache_root
+
+SOURCE = r"""
+typedef int (*kiln_launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, void *, void **, void **);
+struct kiln_launch {
+    kiln_launch_fn launch;
+    void *function;
+    unsigned dims[6];
+    unsigned shared;
+    void *stream;
+    void **params;
+};
+int kiln_launch(const struct kiln_launch *l) {
+    return l->launch(l->function, l->dims[0], l->dims[1], l->dims[2], l->dims[3], l->dims[4],
+                     l->dims[5], l->shared, l->stream, l->params, 0);
+}
+"""
+
+
+class LaunchRecord(ctypes.Structure):
+    _fields_ = [("launch", ctypes.c_void_p), ("function", ctypes.c_void_p),
+                ("dims", ctypes.c_uint * 6), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("params", ctypes.c_void_p)]
+
+
+@cache
+def shim() -> Any | None:
+    """The compiled `kiln_launch` function (ctypes) with the driver's `cuLaunchKernel` as
+    its `entry`, or None where either cannot be had."""
+    if os.environ.get("KILN_CUDA_SHIM", "1") == "0":
+        return None
+    try:
+        entry = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuLaunchKernel, ctypes.c_void_p).value
+        fn = compiled()
+    except (OSError, subprocess.SubprocessError, AttributeError):
+        return None
+    fn.entry = entry
+    return fn
+
+
+@cache
+def compiled() -> Any:
+    """`kiln_launch` built and loaded (raises OSError or SubprocessError where it fails)."""
+    fn = ctypes.CDLL(str(_build())).kiln_launch
+    fn.argtypes = None  # called with a prebuilt ctypes pointer: no conversion at all
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _build() -> Path:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise OSError("no C compiler")
+    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:16]
+    target = cache_root() / "cuda" / f"kiln_launch_{digest}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "kiln_launch.c"
+        src.write_text(SOURCE)
+        out = Path(tmp) / target.name
+        subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(out), str(src)],
+                       check=True, capture_output=True, timeout=60)
+        os.replace(out, target)  # atomic: concurrent builders agree
+    return target
+
+
+def record(function: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
+           shared: int, stream: Any, params: int, entry: int | None = None
+           ) -> tuple[LaunchRecord, Any]:
+    """A filled launch record (calling `entry`, by default the driver's) and the prebuilt
+    pointer argument to pass to the shim."""
+    if entry is None:
+        fn = shim()
+        assert fn is not None
+        entry = fn.entry
+    rec = LaunchRecord(entry, int(function), (ctypes.c_uint * 6)(*grid, *block), shared,
+                       int(stream) if stream is not None else 0, params)
+    return rec, ctypes.pointer(rec)
