@@ -22,6 +22,7 @@ import importlib
 import os
 import pickle
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -115,6 +116,12 @@ def _worker_number() -> int | None:
     return name if isinstance(name, int) else None
 
 
+LAUNCHING = threading.Lock()
+"""One chunk at a time per process: kiln's launch path is not safe to enter from several
+threads at once (Dask's threaded scheduler, a worker with several threads), and each
+launch already uses the whole device."""
+
+
 class ChunkLaunch:
     """The task run on each chunk: it goes to the workers, so it holds only picklable
     things (the kernel as a `KernelRef`, what each parameter takes, where chunks start)."""
@@ -143,12 +150,21 @@ class ChunkLaunch:
         if not self.arrays:
             raise LaunchError(f"kiln.dask: no argument of {kernel.name} is an array to take "
                               "chunks from")
+        for other in self.arrays[1:]:
+            if other.chunks != self.arrays[0].chunks:
+                raise LaunchError(f"kiln.dask: the array arguments of {kernel.name} must have "
+                                  f"the same shape and chunks; {self.arrays[0].chunks} and "
+                                  f"{other.chunks} differ (use x.rechunk(y.chunks))")
         rows = self.arrays[0].chunks[0]
         self.starts = [int(s) for s in np.cumsum((0, *rows[:-1]))]
         self.ref, self.device, self.halo, self.on_device = KernelRef(kernel), device, halo, \
             on_device
 
     def __call__(self, *chunks: Any, block_info: dict[Any, Any] | None = None) -> Any:
+        with LAUNCHING:
+            return self.launch_chunk(chunks, block_info)
+
+    def launch_chunk(self, chunks: Sequence[Any], block_info: dict[Any, Any] | None) -> Any:
         first = chunks[0]
         block = block_info[None]["chunk-location"][0] if block_info else 0
         rows = first.shape[0] - 2 * self.halo
@@ -216,20 +232,25 @@ def map_overlap(kernel: Kernel, *args: Any, out: str, depth: int, device: str | 
     if not isinstance(out, str):
         raise LaunchError("kiln.dask.map_overlap writes one output: out='name'")
     task = ChunkLaunch(kernel, args, out, device, halo=depth)
+    smallest = min(task.arrays[0].chunks[0])
+    if depth > smallest and len(task.arrays[0].chunks[0]) > 1:
+        raise LaunchError(f"kiln.dask.map_overlap: depth {depth} is more than the smallest "
+                          f"chunk's {smallest} rows; rechunk (x.rechunk({depth})) or lower it")
     ndim = task.arrays[0].ndim
     return _mapped(da.map_overlap, task, depth={0: depth, **{a: 0 for a in range(1, ndim)}},
                    boundary=0, trim=True)
 
 
 def reduction(kernel: Kernel, array: Any, *args: Any, out: str, combine: np.ufunc = np.add,
-              device: str | None = None) -> da.Array:
+              initial: Any = None, device: str | None = None) -> da.Array:
     """A reduction of `array` to one value: `kernel` accumulates each chunk into its
-    one-element `out` array (first filled with `combine`'s identity), then Dask's
-    reduction tree folds the partial results with `combine`; a 0-d dask array."""
+    one-element `out` array (first filled with `initial`, by default `combine`'s identity:
+    give one for np.maximum / np.minimum, e.g. -np.inf), then Dask's reduction tree folds
+    the partial results with `combine`; a 0-d dask array."""
     task = ChunkLaunch(kernel, (array, *args), out, device)
     if len(task.arrays) != 1 or len(task.out) != 1:
         raise LaunchError("kiln.dask.reduction reduces one array into one output")
-    partial = PartialSum(task, combine)
+    partial = PartialSum(task, combine, initial)
     return da.reduction(task.arrays[0], partial, partial.fold, combine=partial.fold,
                         dtype=task.dtypes[0], concatenate=True)
 
@@ -237,18 +258,23 @@ def reduction(kernel: Kernel, array: Any, *args: Any, out: str, combine: np.ufun
 class PartialSum:
     """The chunk and fold functions of `reduction` (picklable, for the workers)."""
 
-    def __init__(self, task: ChunkLaunch, combine: np.ufunc) -> None:
-        if combine.identity is None:
-            raise LaunchError(f"kiln.dask.reduction needs a ufunc with an identity, not "
-                              f"{combine.__name__}")
+    def __init__(self, task: ChunkLaunch, combine: np.ufunc, initial: Any) -> None:
+        if not isinstance(combine, np.ufunc):
+            raise LaunchError(f"kiln.dask.reduction combines with a NumPy ufunc (np.add, "
+                              f"np.maximum, ...), not {combine!r}")
+        self.initial = combine.identity if initial is None else initial
+        if self.initial is None:
+            raise LaunchError(f"kiln.dask.reduction: {combine.__name__} has no identity; give "
+                              "initial= (e.g. -np.inf for a maximum)")
         self.task, self.combine = task, combine
 
     def __call__(self, chunk: Any, axis: Any, keepdims: bool) -> np.ndarray:
-        dev = worker_device(self.task.device)
-        acc = to_device(np.full(1, self.combine.identity, self.task.dtypes[0]), dev)
-        self.task.run(dev, [chunk], [acc], 0, chunk.shape[0], chunk.shape)
-        return np.full((1,) * chunk.ndim if keepdims else (), acc.numpy()[0],
-                       self.task.dtypes[0])
+        with LAUNCHING:
+            dev = worker_device(self.task.device)
+            acc = to_device(np.full(1, self.initial, self.task.dtypes[0]), dev)
+            self.task.run(dev, [chunk], [acc], 0, chunk.shape[0], chunk.shape)
+            value = acc.numpy()[0]
+        return np.full((1,) * chunk.ndim if keepdims else (), value, self.task.dtypes[0])
 
     def fold(self, partials: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
         return self.combine.reduce(partials, axis=axis, keepdims=keepdims)

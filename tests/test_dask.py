@@ -98,6 +98,38 @@ def test_chained_calls_keep_chunks_on_the_device():
     assert np.array_equal(z.compute(), (x + x) + (x + x))
 
 
+@kiln.kernel
+def largest(x: f32[:], acc: f32[:], rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        kiln.atomic_max(acc, 0, x[i])
+
+
+def test_threaded_scheduler_with_many_chunks_at_once():
+    """Dask's default scheduler runs chunks on several threads: one launch at a time per
+    process keeps them right (kiln's launch path is not thread-safe)."""
+    import dask
+
+    x = data(1001, 11)
+    dx = da.from_array(x, chunks=100)
+    with dask.config.set(scheduler="threads", num_workers=4):
+        for _ in range(3):
+            z = kd.map_blocks(saxpy, dx, dx, np.float32(1), kiln.shard_rows, out="out")
+            assert np.array_equal(z.compute(), x + x)
+
+
+def test_reduction_without_identity_takes_initial():
+    x = -1 - data(10_001, 12)  # all negative: a 0 start would win
+    dx = da.from_array(x, chunks=1000)
+    got = kd.reduction(largest, dx, kiln.shard_rows, out="acc", combine=np.maximum,
+                       initial=-np.inf).compute()
+    assert got == x.max()
+    with pytest.raises(kiln.LaunchError, match="maximum has no identity; give initial="):
+        kd.reduction(largest, dx, kiln.shard_rows, out="acc", combine=np.maximum)
+    with pytest.raises(kiln.LaunchError, match="combines with a NumPy ufunc"):
+        kd.reduction(largest, dx, kiln.shard_rows, out="acc", combine=max)
+
+
 def test_misuse_is_a_launch_error():
     dx = da.from_array(data(100, 7), chunks=50)
     with pytest.raises(kiln.LaunchError, match="no parameter 'z'"):
@@ -106,6 +138,13 @@ def test_misuse_is_a_launch_error():
         kd.map_blocks(saxpy, dx, dx, out="out")
     with pytest.raises(kiln.LaunchError, match="must be annotated as an array"):
         kd.map_blocks(saxpy, dx, dx, kiln.shard_rows, 1, out="a")
+    other = da.from_array(data(100, 8), chunks=30)
+    with pytest.raises(kiln.LaunchError, match=r"same shape and chunks.*rechunk"):
+        kd.map_blocks(saxpy, dx, other, 1.0, kiln.shard_rows, out="out")
+    uneven = da.from_array(data(10, 9), chunks=(4, 4, 2))
+    with pytest.raises(kiln.LaunchError, match="depth 3 is more than the smallest chunk's 2"):
+        kd.map_overlap(smooth, uneven, kiln.shard_start, kiln.shard_rows, 10, out="y",
+                       depth=3)
 
 
 @pytest.fixture(scope="module")

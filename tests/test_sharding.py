@@ -170,5 +170,10 @@ def test_sharded_launch_errors_name_the_shard(parts):
     with pytest.raises(kiln.ShardError, match=r"shard rows 0:32 on .*expected f32\[:\]") as info:
         kiln.launch_sharded(vector_add, (ints, xs, xs, kiln.shard_rows))
     assert isinstance(info.value.__cause__, kiln.LaunchError)
-    with pytest.raises(ValueError, match="halo of 40 rows"):
-        kiln.shard(np.zeros(n, np.float32), parts, halo=40).refresh_halo()
+    with pytest.raises(ValueError, match="halo of 40 rows needs shards of 40 rows or more"):
+        kiln.shard(np.zeros(n, np.float32), parts, halo=40)
+    haloed = kiln.shard(np.zeros(n, np.float32), parts, halo=1)
+    with pytest.raises(kiln.LaunchError, match="with the same halo"):
+        kiln.launch_sharded(vector_add, (xs, haloed, xs, kiln.shard_rows))
+    with pytest.raises(TypeError, match="takes a NumPy ufunc"):
+        kiln.partials(1, f32, parts).combine(sum)

@@ -96,12 +96,8 @@ class ShardedArray:
     def refresh_halo(self) -> None:
         """Copy each shard's first and last `halo` own rows into its neighbours' ghost rows,
         queued on the neighbours' default streams after the work queued before."""
-        h = self.halo
+        h = self.halo  # no more than any shard's rows (`shard_empty` checks)
         for left, right in zip(self.shards, self.shards[1:]) if h else ():
-            if left.rows < h or right.rows < h:
-                raise ValueError(f"a halo of {h} rows needs shards of {h} rows or more; "
-                                 f"{left.device.name} has {left.rows}, {right.device.name} "
-                                 f"{right.rows}")
             _copy_rows(right.array, 0, left.array, left.rows, h)
             _copy_rows(left.array, h + left.rows, right.array, h, h)
 
@@ -122,6 +118,9 @@ class ShardError(LaunchError):
     def __init__(self, message: str, shard: Shard) -> None:
         super().__init__(message)
         self.shard = shard
+
+
+ShardError.__module__ = "kiln"  # printed as users import it: kiln.ShardError
 
 
 @contextmanager
@@ -166,8 +165,13 @@ def shard_empty(shape: int | tuple[int, ...], dtype: Any, devices: Sequence[Devi
     devs = _devices(devices)
     if halo < 0:
         raise ValueError(f"halo must be 0 or more rows, got {halo}")
+    ranges = split_rows(dims[0], len(devs))
+    fewest = min(stop - start for start, stop in ranges)
+    if len(devs) > 1 and halo > fewest:
+        raise ValueError(f"a halo of {halo} rows needs shards of {halo} rows or more; "
+                         f"{dims[0]} rows over {len(devs)} devices leave {fewest} in one")
     shards = []
-    for dev, (start, stop) in zip(devs, split_rows(dims[0], len(devs))):
+    for dev, (start, stop) in zip(devs, ranges):
         local = (stop - start + 2 * halo, *dims[1:])
         array = zeros(local, dt, dev) if halo else empty(local, dt, dev)
         shards.append(Shard(dev, array, start, stop, halo))
@@ -201,12 +205,12 @@ def launch_sharded(kernel: Kernel, args: Sequence[Any], dim: Any = None) -> None
     sharded = [a for a in args if isinstance(a, ShardedArray)]
     if not sharded:
         raise LaunchError(f"launch_sharded({kernel.name}): no argument is a ShardedArray")
-    layout = [(s.device, s.start, s.stop) for s in sharded[0].shards]
+    layout = [(s.device, s.start, s.stop, s.halo) for s in sharded[0].shards]
     for other in sharded[1:]:
-        if [(s.device, s.start, s.stop) for s in other.shards] != layout:
+        if [(s.device, s.start, s.stop, s.halo) for s in other.shards] != layout:
             raise LaunchError(f"launch_sharded({kernel.name}): sharded arguments must be split "
-                              f"over the same devices at the same rows; {sharded[0]!r} and "
-                              f"{other!r} are not")
+                              f"over the same devices at the same rows, with the same halo; "
+                              f"{sharded[0]!r} and {other!r} are not")
     for k, first in enumerate(sharded[0].shards):
         local = [a.shards[k].array if isinstance(a, ShardedArray)
                  else a.on(first.device) if isinstance(a, Partials)
@@ -227,6 +231,9 @@ class Partials:
 
     def combine(self, ufunc: np.ufunc = np.add) -> np.ndarray:
         """The partial results folded with `ufunc`, once every device's work is done."""
+        if not isinstance(ufunc, np.ufunc):
+            raise TypeError(f"Partials.combine takes a NumPy ufunc (np.add, np.maximum, ...), "
+                            f"not {ufunc!r}")
         return ufunc.reduce(np.stack([array.numpy() for array in self.arrays]), axis=0)
 
     def on(self, device: Device) -> DeviceArray:
@@ -238,5 +245,7 @@ class Partials:
 
 def partials(shape: int | tuple[int, ...], dtype: Any, devices: Sequence[Device | str],
              fill: Any = 0) -> Partials:
-    """A `shape` array filled with `fill` on each of `devices` (see `Partials`)."""
+    """A `shape` array filled with `fill` on each of `devices` (see `Partials`): the
+    identity of the combining operation (0 for a sum, -inf or the type's lowest value for a
+    maximum)."""
     return Partials([full(shape, fill, dtype, d) for d in _devices(devices)])

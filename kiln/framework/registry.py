@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import import_module
@@ -74,6 +75,7 @@ class BackendRegistry:
     def __init__(self) -> None:
         self._entries: dict[str, BackendEntry] = {}
         self._discovered = False
+        self._discovering = threading.RLock()
 
     def register(self, backend: Backend, priority: int | None = None) -> BackendEntry:
         check_contract(backend)
@@ -82,13 +84,18 @@ class BackendRegistry:
         return entry
 
     def _discover(self) -> None:
+        """Load every backend once; threads that ask meanwhile wait for all of them (a
+        second thread must not see a half-filled registry: "no backend is available")."""
         if self._discovered:
             return
-        self._discovered = True
-        for spec in BUILTIN_BACKENDS:
-            self._load(spec)
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            self._load(ep.value, ep.name)
+        with self._discovering:
+            if self._discovered:
+                return
+            for spec in BUILTIN_BACKENDS:
+                self._load(spec)
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                self._load(ep.value, ep.name)
+            self._discovered = True
 
     def _load(self, spec: str, name: str | None = None) -> None:
         """Import `module:attr` and register it unless already registered by name.
