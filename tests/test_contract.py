@@ -15,7 +15,7 @@ import kiln
 from kiln import f32, i32
 from kiln.backends.interp import InterpBackend
 from kiln.execution.drivers import DirectDriver, driver_for
-from kiln.framework.registry import check_contract
+from kiln.framework.registry import BackendRegistry, check_contract
 
 KILN = Path(kiln.__file__).parent
 
@@ -74,6 +74,25 @@ def test_a_backend_missing_a_part_is_refused_naming_it() -> None:
         kiln.register_backend(NoQueue())
     with pytest.raises(TypeError, match="takes a kiln.Backend"):
         check_contract(object())  # type: ignore[arg-type]
+
+
+def test_a_plugin_missing_a_part_is_listed_unavailable_saying_why(tmp_path, monkeypatch) -> None:
+    """Found through an entry point, the same plugin never stops kiln or other backends."""
+    (tmp_path / "half_done_plugin.py").write_text(
+        "import kiln\n"
+        "class HalfDone(kiln.DirectBackend):\n"
+        "    name = 'halfdone'\n"
+        "    def availability(self): return kiln.Availability(True)\n"
+        "    def device_handles(self): return []\n"
+        "    def execute(self, *args): pass\n"
+        "backend = HalfDone()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = BackendRegistry()
+    registry._load("half_done_plugin:backend", "halfdone")
+    entry = registry._entries["halfdone"]
+    assert not entry.available
+    assert "backend 'halfdone' needs a `allocator`" in entry.reason
+    assert kiln.device("interp").name == "interp:0"
 
 
 def test_compiled_kernels_carry_entry_layout_and_source(cpu_device) -> None:

@@ -104,16 +104,24 @@ class BackendRegistry:
         attribute may instead be a backend object, registered here with its `priority`.
         """
         module_name, _, attr = spec.partition(":")
+        label = name or module_name.rsplit(".", 1)[-1]
         try:
             module = import_module(module_name)
             obj = getattr(module, attr) if attr else None
         except Exception as exc:
-            label = name or module_name.rsplit(".", 1)[-1]
-            if label not in self._entries:
-                self._entries[label] = BackendEntry(_Broken(label, str(exc)), 0)
+            self._broken(label, f"failed to import: {exc}")
             return
         if isinstance(obj, Backend) and obj.name not in self._entries:
-            self.register(obj)
+            try:
+                self.register(obj)
+            except TypeError as exc:  # a plugin that misses a part of the contract
+                self._broken(obj.name, str(exc))
+
+    def _broken(self, name: str, reason: str) -> None:
+        """A plugin that cannot be used is listed as unavailable, saying why, and never
+        stops kiln (or the other backends) from working."""
+        if name not in self._entries:
+            self._entries[name] = BackendEntry(_Broken(name, reason), 0)
 
     def entries(self) -> list[BackendEntry]:
         self._discover()
@@ -128,7 +136,8 @@ class BackendRegistry:
 
 
 class _Broken(Backend):
-    """Stands in for a backend whose module failed to import, to report why."""
+    """Stands in for a plugin backend that failed to import or to meet the contract, to
+    report why."""
 
     execution_model = ExecutionModel.Undefined
 
@@ -137,7 +146,7 @@ class _Broken(Backend):
         self._reason = reason
 
     def availability(self) -> Availability:
-        return Availability(False, f"failed to import: {self._reason}")
+        return Availability(False, self._reason)
 
     def device_handles(self) -> Sequence[tuple[Any, Capabilities]]:
         return []

@@ -40,7 +40,7 @@ class AtomicArrays:
             return "atomic<u32>" if elem is f32 else f"atomic<{self.ctype(elem)}>"
         return self.ctype(elem)
 
-    def stmt_Store(self, s: ir.Store) -> None:  # noqa: N802
+    def stmt_Store(self, s: ir.Store) -> None:
         target = self.element(s.array, s.indices)
         value = self.converted(s.value, s.array.type.elem)  # type: ignore[union-attr]
         if self.is_atomic(s.array.name):
@@ -49,7 +49,7 @@ class AtomicArrays:
         else:
             self.line(f"{target} = {value};", s.loc)
 
-    def expr_Load(self, e: ir.Load) -> CExpr:  # noqa: N802
+    def expr_Load(self, e: ir.Load) -> CExpr:
         element = self.element(e.array, e.indices)
         if not self.is_atomic(e.array.name):
             return CExpr(element)
@@ -57,7 +57,7 @@ class AtomicArrays:
             return CExpr(f"bitcast<f32>(atomicLoad(&{element}))")
         return CExpr(f"atomicLoad(&{element})")
 
-    def expr_IntrinsicCall(self, e: ir.IntrinsicCall) -> CExpr:  # noqa: N802
+    def expr_IntrinsicCall(self, e: ir.IntrinsicCall) -> CExpr:
         if intrinsics[e.name].category != "atomic":
             return super().expr_IntrinsicCall(e)
         array = e.args[0]

@@ -14,14 +14,21 @@ from pathlib import Path
 from typing import Any
 
 from kiln import (
+    Allocator,
     Availability,
     BackendCompileError,
     Capabilities,
+    CompiledKernel,
+    Compiler,
     DeviceArray,
     DeviceKind,
     JITBackend,
+    KernelOptions,
     LaunchError,
+    Loader,
+    Queue,
 )
+from kiln.codegen import kernel_abi
 from kiln.framework.buildenv import BuildEnv
 from kiln.framework.cache import CacheEntry, cache_key
 from kiln.ir import nodes as ir
@@ -51,6 +58,85 @@ def _code_identity() -> str:
 CODE_IDENTITY = _code_identity()
 
 
+class WebGPUCompiler(Compiler):
+    """WGSL from the plugin's emitter; the shader module is made (and validated) when the
+    loader loads it, per device."""
+
+    def generate_source(self, program: ir.Program) -> str:
+        return WGSLEmitter().emit(program)
+
+    def compile(self, program: ir.Program, device: Any,
+                options: KernelOptions) -> CompiledKernel:
+        emitter = WGSLEmitter()
+        source = emitter.emit(program)
+        entry = ENTRY.search(source)
+        return CompiledKernel(entry[1] if entry else "kernel", tuple(kernel_abi(program)),
+                              source, options=options)
+
+
+class WebGPULoader(Loader):
+    def load(self, compiled: CompiledKernel, device: Any) -> Compiled:
+        """The validated module, found by its source in the device's compile cache."""
+        handle: WebGPUDevice = device.handle
+        env = BuildEnv("webgpu", ("wgpu",), handle.identity)
+        key = cache_key("webgpu", compiled.source, env, handle.identity, compiled.options)
+
+        def load(cached: CacheEntry) -> Compiled:
+            return Compiled(handle, key, compiled.entry,
+                            shader_module(handle, cached.payload.decode()))
+
+        return handle.cache.get_or_build(key, compiled.source.encode, load, compiled.entry)
+
+
+class WebGPUAllocator(Allocator):
+    """Storage buffers; views are regions of their root buffer (`SubBuffers`)."""
+
+    def allocate(self, device: Any, nbytes: int) -> Any:
+        return runtime.allocate(device.handle, nbytes)
+
+    def free(self, buffer: Any) -> None:
+        if not isinstance(buffer, runtime.Region):  # a view's memory is its root's
+            buffer.destroy()
+
+    def sub_buffer(self, device: Any, buffer: Any, offset: int, nbytes: int) -> Any:
+        gpu, start, _ = runtime.parts(buffer)
+        return runtime.Region(gpu, start + offset, nbytes)
+
+    def sub_buffer_alignment(self, device: Any) -> int:
+        return int(device.handle.limit("min-storage-buffer-offset-alignment"))
+
+    def copy_host_to_device(self, dst: Any, src: Any, stream: Any) -> None:
+        runtime.copy_host_to_device(stream, dst, src)
+
+    def copy_device_to_host(self, dst: Any, src: Any, stream: Any) -> None:
+        runtime.copy_device_to_host(stream, dst, src)
+
+    def copy_device_to_device(self, dst: Any, src: Any, nbytes: int, stream: Any) -> None:
+        runtime.copy_device_to_device(stream, dst, src, nbytes)
+
+
+class WebGPUQueue(Queue):
+    """WebGPU has one queue per device: a stream is the device's handle."""
+
+    def create_stream(self, device: Any) -> WebGPUDevice:
+        return device.handle  # type: ignore[no-any-return]
+
+    def synchronize_stream(self, stream: WebGPUDevice) -> None:
+        runtime.wait_idle(stream)
+
+    def create_event(self, device: Any) -> runtime.WebGPUEvent:
+        return runtime.create_event(device.handle)
+
+    def record_event(self, event: runtime.WebGPUEvent, stream: WebGPUDevice) -> None:
+        runtime.record(event, stream)
+
+    def synchronize_event(self, event: runtime.WebGPUEvent) -> None:
+        runtime.wait(event)
+
+    def elapsed_ms(self, start: runtime.WebGPUEvent, end: runtime.WebGPUEvent) -> float:
+        return runtime.elapsed_ms(start, end)
+
+
 class WebGPUBackend(JITBackend):
     name = "webgpu"
     intrinsic_namespaces = WGSLEmitter.namespaces
@@ -58,8 +144,8 @@ class WebGPUBackend(JITBackend):
 
     def __init__(self) -> None:
         self._devices: list[WebGPUDevice] | None = None
-
-    # ------------------------------------------------------------ devices
+        self.allocator, self.queue = WebGPUAllocator(), WebGPUQueue()
+        self.compiler, self.loader = WebGPUCompiler(), WebGPULoader()
 
     def _discover(self) -> list[WebGPUDevice]:
         if self._devices is None:
@@ -97,81 +183,6 @@ class WebGPUBackend(JITBackend):
     def build_identity(self, device: Any) -> str:
         """The driver, and this package's code generator (for kiln's kernel cache)."""
         return f"{device.handle.identity} | kiln-webgpu {CODE_IDENTITY}"
-
-    # ------------------------------------------------------------ code
-
-    def generate_source(self, program: ir.Program) -> str:
-        return WGSLEmitter().emit(program)
-
-    def compile(self, source: str, device: Any, options: dict[str, Any]) -> Compiled:
-        handle: WebGPUDevice = device.handle
-        entry = ENTRY.search(source)
-        label = entry[1] if entry else "kernel"
-        env = BuildEnv("webgpu", ("wgpu",), handle.identity)
-        key = cache_key("webgpu", source, env, handle.identity, options)
-
-        def load(cached: CacheEntry) -> Compiled:
-            return Compiled(handle, key, label, shader_module(handle, cached.payload.decode()))
-
-        return handle.cache.get_or_build(key, source.encode, load, label)
-
-    def export_code(self, code: Compiled, source: str, options: dict[str, Any]) -> Any:
-        """For the kernel cache: the WGSL (its module is found again by its source key)."""
-        return source, options
-
-    def import_code(self, exported: Any, device: Any) -> Compiled:
-        source, options = exported
-        return self.compile(source, device, options)
-
-    def launch(self, routine: Compiled, grid: tuple[int, int, int],
-               block: tuple[int, int, int], args: Sequence[Any], stream: Any) -> None:
-        routine.launch(grid, block, args)
-
-    # ------------------------------------------------------------ memory
-
-    def allocate(self, device: Any, nbytes: int) -> Any:
-        return runtime.allocate(device.handle, nbytes)
-
-    def free(self, buffer: Any) -> None:
-        if not isinstance(buffer, runtime.Region):  # a view's memory is its root's
-            buffer.destroy()
-
-    def sub_buffer(self, device: Any, buffer: Any, offset: int, nbytes: int) -> Any:
-        gpu, start, _ = runtime.parts(buffer)
-        return runtime.Region(gpu, start + offset, nbytes)
-
-    def sub_buffer_alignment(self, device: Any) -> int:
-        return device.handle.limit("min-storage-buffer-offset-alignment")
-
-    def copy_host_to_device(self, dst: Any, src: Any, stream: Any) -> None:
-        runtime.copy_host_to_device(stream, dst, src)
-
-    def copy_device_to_host(self, dst: Any, src: Any, stream: Any) -> None:
-        runtime.copy_device_to_host(stream, dst, src)
-
-    def copy_device_to_device(self, dst: Any, src: Any, nbytes: int, stream: Any) -> None:
-        runtime.copy_device_to_device(stream, dst, src, nbytes)
-
-    # ------------------------------------------------------------ streams and events
-
-    def create_stream(self, device: Any) -> WebGPUDevice:
-        """WebGPU has one queue per device: a stream is the device's handle."""
-        return device.handle
-
-    def synchronize_stream(self, stream: WebGPUDevice) -> None:
-        runtime.wait_idle(stream)
-
-    def create_event(self, device: Any) -> runtime.WebGPUEvent:
-        return runtime.create_event(device.handle)
-
-    def record_event(self, event: runtime.WebGPUEvent, stream: WebGPUDevice) -> None:
-        runtime.record(event, stream)
-
-    def synchronize_event(self, event: runtime.WebGPUEvent) -> None:
-        runtime.wait(event)
-
-    def elapsed_ms(self, start: runtime.WebGPUEvent, end: runtime.WebGPUEvent) -> float:
-        return runtime.elapsed_ms(start, end)
 
 
 def shader_module(handle: WebGPUDevice, source: str) -> Any:
@@ -215,7 +226,7 @@ class Compiled:
         return pipeline
 
     def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int],
-               args: Sequence[Any]) -> None:
+               args: Sequence[Any], stream: Any = None) -> None:
         wgpu = runtime.import_wgpu()
         handle, device = self.handle, self.handle.device
         arrays = [a for a in args if isinstance(a, DeviceArray)]

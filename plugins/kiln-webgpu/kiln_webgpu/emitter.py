@@ -141,13 +141,13 @@ class WGSLEmitter(AtomicArrays, CEmitter):
                 # every path has returned before (kiln's checks guarantee that)
                 self.line(f"return {self.literal(0, func.return_type).text};")
 
-    def expr_Call(self, e: ir.Call) -> CExpr:  # noqa: N802
+    def expr_Call(self, e: ir.Call) -> CExpr:
         callee = self.program.function(e.func)
         args = ", ".join(self.converted(a, p.type) for a, p in zip(e.args, callee.params)
                          if not isinstance(p.type, ArrayType))
         return CExpr(f"{self.fnames[e.func]}({args})")
 
-    def stmt_Return(self, s: ir.Return) -> None:  # noqa: N802
+    def stmt_Return(self, s: ir.Return) -> None:
         value = "" if s.value is None else " " + self.converted(s.value, self.func.return_type)
         self.line(f"return{value};", s.loc)
 
@@ -264,7 +264,7 @@ class WGSLEmitter(AtomicArrays, CEmitter):
 
     # ------------------------------------------------------------ statements
 
-    def stmt_ExprStmt(self, s: ir.ExprStmt) -> None:  # noqa: N802
+    def stmt_ExprStmt(self, s: ir.ExprStmt) -> None:
         """WGSL allows only calls as statements; a value is discarded with `_ =`."""
         text = self.expr(s.expr).text
         self.line(f"{text};" if isinstance(s.expr.type, VoidType) else f"_ = {text};", s.loc)
@@ -275,7 +275,7 @@ class WGSLEmitter(AtomicArrays, CEmitter):
             return self.expr(e).text
         return self.expr_Cast(ir.Cast(t, e)).text
 
-    def stmt_Assign(self, s: ir.Assign) -> None:  # noqa: N802
+    def stmt_Assign(self, s: ir.Assign) -> None:
         t = self.func.locals.get(s.target) or self.param_type(s.target)
         self.line(f"{self.var(s.target)} = {self.converted(s.value, t)};", s.loc)
 
@@ -314,7 +314,7 @@ class WGSLEmitter(AtomicArrays, CEmitter):
     def cast(self, text: CExpr, t: ScalarType) -> CExpr:
         return CExpr(f"{self.ctype(t)}({text.text})")
 
-    def expr_Cast(self, e: ir.Cast) -> CExpr:  # noqa: N802
+    def expr_Cast(self, e: ir.Cast) -> CExpr:
         inner, src = self.expr(e.value), e.value.type
         if src == e.type:
             return inner
@@ -323,16 +323,16 @@ class WGSLEmitter(AtomicArrays, CEmitter):
             return CExpr(f"{inner.wrap(UNARY)} != {zero.text}", 9)
         return self.cast(inner, e.type)  # type: ignore[arg-type]
 
-    def expr_Select(self, e: ir.Select) -> CExpr:  # noqa: N802
+    def expr_Select(self, e: ir.Select) -> CExpr:
         c, a, b = self.expr(e.cond), self.expr(e.if_true), self.expr(e.if_false)
         return CExpr(f"select({b.text}, {a.text}, {c.text})")
 
-    def expr_BoolOp(self, e: ir.BoolOp) -> CExpr:  # noqa: N802
+    def expr_BoolOp(self, e: ir.BoolOp) -> CExpr:
         """WGSL does not mix `&&` and `||` without parentheses."""
         op = "&&" if e.op == "and" else "||"
         return CExpr(f" {op} ".join(self.expr(v).wrap(PRIMARY) for v in e.values), 4)
 
-    def expr_BinOp(self, e: ir.BinOp) -> CExpr:  # noqa: N802
+    def expr_BinOp(self, e: ir.BinOp) -> CExpr:
         if e.op in ("<<", ">>"):
             left, right = self.expr(e.left), self.expr(e.right)
             amount = right if e.right.type is u32 else CExpr(f"u32({right.text})")
@@ -363,7 +363,7 @@ class WGSLEmitter(AtomicArrays, CEmitter):
                 "<", "<=", ">", ">=", "==", "!=") else 11)
         return super().binary(op, left, right)
 
-    def expr_UnaryOp(self, e: ir.UnaryOp) -> CExpr:  # noqa: N802
+    def expr_UnaryOp(self, e: ir.UnaryOp) -> CExpr:
         if e.op == "-" and e.type is u32:
             return CExpr(f"(0u - {self.expr(e.operand).wrap(UNARY)})")
         if e.op == "+":
@@ -381,7 +381,7 @@ class WGSLEmitter(AtomicArrays, CEmitter):
             acc = super().binary("+", super().binary("*", acc, dim), self.expr(indices[axis]))
         return acc.text
 
-    def expr_ArrayDim(self, e: ir.ArrayDim) -> CExpr:  # noqa: N802
+    def expr_ArrayDim(self, e: ir.ArrayDim) -> CExpr:
         t = e.array.type
         assert isinstance(t, ArrayType)
         if t.shape is not None:
