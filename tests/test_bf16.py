@@ -18,7 +18,7 @@ from kiln.ir.passes import device_feature_check
 from kiln.ir.types import can_convert_implicitly, promote
 
 BF16 = ml_dtypes.bfloat16
-DEVICES = kiln.devices()
+DEVICES = [d for d in kiln.devices() if d.capabilities.bf16]  # bf16 is a capability
 
 
 def bits(a: np.ndarray) -> np.ndarray:
