@@ -42,6 +42,7 @@ from .framework.backend import (
     CudaArrayInterop,
     CustomBackend,
     DeviceKind,
+    Dim3,
     DirectBackend,
     DLPackInterop,
     ExecutionModel,
@@ -57,6 +58,7 @@ from .framework.backend import (
     PreparesLaunch,
     Queue,
     RawKernels,
+    RunsProgram,
     SubBuffers,
     ZeroCopy,
     supports,
@@ -64,7 +66,13 @@ from .framework.backend import (
 from .framework.registry import register_backend
 from .framework.sizing import Dim, dim
 from .ir.enums import ExtensibleEnum, MemorySpace
-from .ir.intrinsics import Intrinsic, Variance, intrinsics
+from .ir.intrinsics import (
+    Intrinsic,
+    IntrinsicTypeError,
+    Variance,
+    atomic_capabilities,
+    intrinsics,
+)
 from .ir.types import (
     Array,
     ArrayType,
@@ -102,6 +110,7 @@ from .ir.types import (
     u64,
 )
 from .lang import builtins as _b
+from .lang.extend import register_intrinsic, register_operation
 from .lang.functions import DeviceFunction
 from .lang.records import Variant, struct, variant
 from .options import KernelOptions

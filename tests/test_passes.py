@@ -768,6 +768,7 @@ def test_supported_features_pass() -> None:
 class FakeBackend:
     name = "fake"
     supports_recursion = True
+    intrinsic_namespaces = ("interp",)
 
 
 class FakeDevice:
@@ -786,12 +787,14 @@ def test_pipelines() -> None:
                                                      *default_pipeline()[1:]]
     inlining = pipeline_for(None, inline=True)  # recursion bounded ([3]) before inlining
     assert [*inlining[:3], *inlining[4:]] == [*default_pipeline(), inline_functions]
-    assert pipeline_for(FakeDevice())[4:] == default_pipeline()[3:]  # type: ignore[arg-type]
+    with_device = pipeline_for(FakeDevice())  # type: ignore[arg-type]
+    assert with_device[5:-1] == default_pipeline()[3:]  # registered operations lowered at [3]
+    assert with_device[-1].__name__ == "check_intrinsic_implementations"
     passes = pipeline_for(FakeDevice(), inline=True)  # type: ignore[arg-type]
     assert passes[:3] == [scalar_matrix, inline_aggregate_returns, lower_aggregates]
-    assert passes[5:] == [lower_bf16, fold_constants, remove_dead_code, inline_functions]
+    assert passes[6:-1] == [lower_bf16, fold_constants, remove_dead_code, inline_functions]
     with pytest.raises(kiln.DeviceFeatureError):
-        passes[3](uses_f64.program((f32[:],)))
+        passes[4](uses_f64.program((f32[:],)))
 
 
 # ---------------------------------------------------------------- inlining, run

@@ -21,6 +21,8 @@ from ..framework.backend import (
     JITBackend,
     KernelRequest,
     Launchable,
+    RunsProgram,
+    supports,
 )
 from ..ir.analysis import written_params
 from ..ir.nodes import Program
@@ -57,12 +59,17 @@ def lower(kernel: Kernel, arg_types: tuple[Type, ...], device: Device
     program = kernel.program(arg_types)
     for stage in device.backend.pipeline(device):
         program = stage(program)
+    return program, written_by(kernel, arg_types, program)
+
+
+def written_by(kernel: Kernel, arg_types: tuple[Type, ...], program: Program) -> frozenset[str]:
+    """The names of the kernel's (original) parameters that `program` may write."""
     written = written_params(program)
     original = kernel.program(arg_types).kernel.params
     if program.kernel.params and program.kernel.params[0].source is not None:  # lowered
         written = {original[p.source.index].name for p in program.kernel.params
                    if p.name in written and p.source is not None}
-    return program, frozenset(written)
+    return frozenset(written)
 
 
 class JITDriver(ExecutionDriver):
@@ -100,15 +107,23 @@ class DirectDriver(ExecutionDriver):
 
 
 class CustomDriver(ExecutionDriver):
-    """The backend receives the kernel as written; every array parameter may be written."""
+    """The backend receives the kernel as written and returns a launchable. One that runs
+    kiln's lowered IR (`RunsProgram`) gets kiln's argument handling for that program
+    (records split, run-time checks, written arrays copied back); any other receives the
+    arguments as passed, and every array may be written."""
 
     def build(self, kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> Built:
         backend = device.backend
         assert isinstance(backend, CustomBackend)
-        request = KernelRequest(kernel.name, kernel.pyfunc, arg_types, kernel.options)
+        request = KernelRequest(kernel.name, kernel.pyfunc, arg_types, kernel.options,
+                                functools.partial(kernel.program, arg_types))
+        launchable = backend.load_kernel(request, device)
+        if supports(launchable, RunsProgram):
+            program = launchable.program
+            return Built(launchable, program, written_by(kernel, arg_types, program))
         written = frozenset(name for (name, _), t in zip(kernel.signature, arg_types)
                             if isinstance(t, ArrayType))
-        return Built(backend.load_kernel(request, device), None, written)
+        return Built(launchable, None, written)
 
 
 _DRIVERS: dict[ExecutionModel, ExecutionDriver] = {

@@ -21,9 +21,9 @@ and, by execution model (each has a driver in `kiln.execution.drivers`):
 
 Every optional capability is a protocol below, checked with `supports(obj, Protocol)` (an
 `isinstance` remembered per class) by the part of kiln that uses it, never looked up by
-name: `ZeroCopy`, `SubBuffers` and `PeerCopy` (allocator), `FastLaunch`, `InlineLaunch`
-and `PreparesLaunch` (launchables), `Partitionable`, `RawKernels`, `GraphCapture`,
-`CudaArrayInterop`, `DLPackInterop` (backend).
+name: `ZeroCopy`, `SubBuffers` and `PeerCopy` (allocator), `FastLaunch`, `InlineLaunch`,
+`PreparesLaunch` and `RunsProgram` (launchables), `Partitionable`, `RawKernels`,
+`GraphCapture`, `CudaArrayInterop`, `DLPackInterop` (backend).
 
 A launch's `args` are, in parameter order, `DeviceArray`s for arrays and NumPy scalars of
 the parameter types for scalars; `stream` is the backend's own stream handle (from
@@ -239,6 +239,15 @@ class PreparesLaunch(Protocol):
                        stream: Any) -> Callable[[], None]: ...
 
 
+@runtime_checkable
+class RunsProgram(Protocol):
+    """A CUSTOM backend's launchable that runs kiln's lowered IR (it ran kiln's frontend and
+    pipeline): the executor then splits record, variant and vector arguments for its
+    parameters, passes its run-time checks' status and copies back only what it writes."""
+
+    program: Program
+
+
 # ---------------------------------------------------------------- optional backend protocols
 
 
@@ -376,6 +385,8 @@ class KernelRequest:
     IR for it, should the backend want it)."""
     arg_types: tuple[Type, ...]
     options: KernelOptions
+    frontend: Callable[[], Program]
+    """kiln's frontend on this kernel: the typed, checked IR for `arg_types` (cached)."""
 
 
 class CustomBackend(Backend):

@@ -33,6 +33,7 @@ BUILTIN_BACKENDS = (
     "kiln.backends.cpu:backend",
     "kiln.backends.cuda:backend",
     "kiln.backends.opencl:backend",
+    "kiln.backends.serial:backend",
 )
 
 

@@ -52,6 +52,9 @@ class IntrinsicTypeError(Exception):
 
 Typing = Callable[[Sequence[Type]], tuple[list[Type], Type]]
 """Given argument types, return (types to convert the arguments to, result type)."""
+Lowering = Callable[[list[Any], Type], Any]
+"""An IR operation's lowering: (argument expressions, result type) -> an `ir.Expr` built from
+existing nodes (`kiln.ir.passes.operations`)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,9 @@ class Intrinsic:
     """Reached by every thread of a warp together (warp operations exchange values between
     the warp's threads); the convergence check treats it like `convergent`, but it is no
     barrier: backends do not synchronise the block for it."""
+    lowering: Lowering | None = None
+    """For an IR operation (`kiln.register_operation`): its expansion into existing IR, used
+    by backends without an implementation of it."""
 
 
 class IntrinsicRegistry:
@@ -108,9 +114,10 @@ class IntrinsicRegistry:
     def missing(self, namespaces: Sequence[str]) -> list[str]:
         """Standard intrinsics with no implementation along the chain (vector and matrix
         intrinsics are lowered before any backend sees them; the native matrix forms exist
-        only on backends with matrix units)."""
+        only on backends with matrix units; those plugins register, categories "plugin" and
+        "operation", are not standard)."""
         return [n for n, s in self._specs.items()
-                if s.category not in LOWERED_CATEGORIES
+                if s.category not in (*LOWERED_CATEGORIES, "plugin", "operation")
                 and self.implementation(n, namespaces) is None]
 
 

@@ -62,6 +62,12 @@ def intrinsic_object(name: str) -> KernelOnly:
     return _INTRINSIC_OBJECTS[name]
 
 
+def register_intrinsic_object(name: str) -> KernelOnly:
+    """The object kernels call for a registered intrinsic (`kiln.register_intrinsic`)."""
+    found = _INTRINSIC_OBJECTS[name] = KernelOnly(name, name)
+    return found
+
+
 # Python callables that mean an intrinsic when called in a kernel.
 _MATH_ALIASES: dict[Callable[..., Any], str] = {
     builtins.abs: "abs", builtins.min: "min", builtins.max: "max", builtins.round: "round",

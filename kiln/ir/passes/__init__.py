@@ -21,6 +21,7 @@ from .features import device_feature_check
 from .fold import fold_constants
 from .inline import inline_aggregate_returns, inline_functions
 from .matrix import lower_matrix_ops
+from .operations import check_implementations, lower_operations
 from .recursion import bound_recursion
 from .thread_loops import lower_thread_loops, widen_index_arithmetic
 from .validate import InternalError, validate
@@ -86,6 +87,7 @@ def pipeline_for(device: PipelineTarget | None, *, inline: bool = False,
     _, returns, lowering, *rest = default_pipeline()
     passes: list[Pass] = [lower_matrix_ops(matrix_units), returns, lowering]
     if device is not None:
+        passes.append(lower_operations(device.backend.intrinsic_namespaces))
         passes.append(device_feature_check(device.capabilities))
         if device.capabilities.warp_size == 1:
             passes.append(lower_single_lane_warps)
@@ -94,4 +96,7 @@ def pipeline_for(device: PipelineTarget | None, *, inline: bool = False,
     passes += rest
     if inline:
         passes.append(inline_functions)
+    if device is not None:
+        passes.append(check_implementations(device.backend.name,
+                                            device.backend.intrinsic_namespaces))
     return passes
