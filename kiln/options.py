@@ -41,6 +41,9 @@ class KernelOptions:
 
     fastmath: bool = option(False, "True or False", _is_bool)
     """Let the backend compiler reassociate, contract and approximate float math."""
+    contract: bool = option(False, "True or False", _is_bool)
+    """Let the backend compiler fuse `a * b + c` into fused multiply-adds (off by default on
+    every backend, so results round as written; docs/language.md, contraction)."""
     max_depth: int | None = option(None, "a positive int or None", _positive_int_or_none)
     """How deep a recursive `@kiln.func` is inlined on backends that cannot recurse."""
 

@@ -29,6 +29,7 @@ from ..ir import nodes as ir
 from ..ir.abi import function_abi
 from ..ir.enums import MemorySpace
 from ..ir.intrinsics import intrinsics
+from ..ir.ranges import Ranges
 from ..ir.types import (
     SCALAR_BY_DTYPE,
     ArrayType,
@@ -65,6 +66,8 @@ BINARY_PREC = {
 TERNARY = 3
 BITWISE = {"<<", ">>", "&", "^", "|"}
 UNSIGNED_OF = {i8: u8, i16: u16, i32: u32, i64: u64}
+WRAPPING = {"+", "-", "*", "<<"}
+"""Signed operations C leaves undefined on overflow; kiln's integers wrap around."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,9 @@ class CExpr:
 
     text: str
     prec: int = PRIMARY
+    unsigned: CExpr | None = None
+    """For a wrapping signed operation (`CEmitter.wrapping`): the same value before its
+    conversion back, so enclosing wrapping operations continue in the unsigned type."""
 
     def wrap(self, min_prec: int) -> str:
         return self.text if self.prec >= min_prec else f"({self.text})"
@@ -250,6 +256,7 @@ class CEmitter:
     def begin_function(self, func: ir.Function) -> None:
         """Fresh names for one function: parameters and locals, then array dimensions."""
         self.func = func
+        self.ranges = Ranges(func)
         self.names = NameTable(self.reserved)
         for p in func.params:
             self.names.add(p.name)
@@ -531,7 +538,20 @@ class CEmitter:
             if t.is_float:
                 return CExpr(f"pow{self.float_suffix(t)}({left.text}, {right.text})")
             return CExpr(f"{self.use_helper('ipow', t)}({left.text}, {right.text})")
+        if e.op in WRAPPING and t in UNSIGNED_OF and not self.ranges.fits(e):
+            return self.wrapping(e.op, left, right, t)
         return self.binary(e.op, left, right)
+
+    def wrapping(self, op: str, left: CExpr, right: CExpr, t: ScalarType) -> CExpr:
+        """A signed `+ - * <<` that wraps around: computed in the unsigned type of the same
+        width (C may assume signed arithmetic never overflows) and converted back."""
+        u = UNSIGNED_OF[t]
+
+        def unsigned(side: CExpr) -> CExpr:
+            return side.unsigned or self.cast(side, u)
+
+        inner = self.binary(op, unsigned(left), right if op == "<<" else unsigned(right))
+        return CExpr(self.cast(inner, t).text, UNARY, inner)
 
     def floor_op(self, op: str, left: CExpr, right: CExpr, divisor: ir.Expr,
                  t: ScalarType) -> CExpr:
@@ -559,6 +579,8 @@ class CEmitter:
             text = f"({text})"
         if e.type is f16:  # stays f16 where the dialect's half converts to float (CUDA)
             return self.cast(CExpr(f"{op}{text}", UNARY), f16)
+        if op == "-" and e.type in UNSIGNED_OF and not self.ranges.fits(e):
+            return self.wrapping("-", CExpr("0"), inner, e.type)  # type: ignore[arg-type]
         return CExpr(f"{op}{text}", UNARY)
 
     def expr_Compare(self, e: ir.Compare) -> CExpr:

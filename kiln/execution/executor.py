@@ -18,6 +18,7 @@ from ..errors import LaunchError
 from ..framework.backend import Dim3, FastLaunch, InlineLaunch, Launchable, supports
 from ..framework.registry import registry
 from ..ir.nodes import Program
+from ..ir.ranges import MAX_BLOCK_THREADS, MAX_GLOBAL
 from ..ir.types import (
     SCALAR_BY_DTYPE,
     ArrayType,
@@ -83,6 +84,12 @@ def validate_dims(grid: Dim3, block: Dim3, device: Device) -> None:
                 raise LaunchError(
                     f"{what} dimension {axis} is {n}, over {device.name}'s limit of {limit}"
                 )
+    for axis, g, b in zip("xyz", grid, block):
+        if b > MAX_BLOCK_THREADS or g * b > MAX_GLOBAL:
+            raise LaunchError(
+                f"{g} blocks of {b} threads along {axis} is over kiln's limits of "
+                f"{MAX_BLOCK_THREADS} threads per block and {MAX_GLOBAL} threads per axis "
+                "(thread indices are i32)")
     threads = block[0] * block[1] * block[2]
     if threads > caps.max_threads_per_block:
         raise LaunchError(

@@ -385,10 +385,18 @@ def literal_type(value: object) -> ScalarType:
     if isinstance(value, np.generic):
         return SCALAR_BY_DTYPE[value.dtype]
     if isinstance(value, int):
-        return i32 if -(2**31) <= value < 2**31 else i64
+        return i32 if -(2**31) <= value < 2**31 else i64 if -(2**63) <= value < 2**63 else u64
     if isinstance(value, float):
         return f32
     raise TypeError(f"no kiln type for literal {value!r}")
+
+
+def wrap_int(value: int, t: ScalarType) -> int:
+    """`value` converted to the integer type `t` as a cast does: modulo 2**bits (two's
+    complement), so `u8(300)` is 44 and `i32(3000000000)` is -1294967296."""
+    mask = (1 << t.bits) - 1
+    value &= mask
+    return value - (1 << t.bits) if t.is_signed and value >> (t.bits - 1) else value
 
 
 def fits(value: int | float | bool, t: ScalarType) -> bool:

@@ -48,6 +48,7 @@ from ..ir.types import (
     is_aggregate,
     literal_type,
     void,
+    wrap_int,
 )
 from . import builtins as kb
 from .aggregates import AggregateBuilder, is_value_type
@@ -787,6 +788,9 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
         if not isinstance(value, (bool, int, float)):
             raise UnsupportedError(f"{type(value).__name__} values cannot be used in kernels",
                                    loc)
+        if isinstance(value, int) and not -(2**63) <= value < 2**64:
+            raise ConstantError(f"the constant {value} does not fit in 64 bits (kernels have "
+                                "no big integers)", loc)
         const = ir.Const(literal_type(value), value, loc=loc)
         const.weak = True  # type: ignore[attr-defined]
         return const
@@ -979,6 +983,11 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
         return ir.BinOp(t, op, self.cast(left, t), self.cast(right, t), loc=loc)
 
     def fold_literals(self, op: str, a: Any, b: Any, node: ast.AST) -> ir.Expr:
+        huge = (op == "**" and isinstance(a, int) and isinstance(b, int) and abs(a) > 1
+                and b > 128) or (op == "<<" and isinstance(b, int) and b > 128 and a != 0)
+        if huge:  # the value would not fit in 64 bits; Python would build it (slowly)
+            raise ConstantError(f"the constant {a} {op} {b} does not fit in 64 bits",
+                                self.loc(node))
         try:
             return self.literal(_LITERAL_OPS[op](a, b), node)
         except ZeroDivisionError:
@@ -1152,8 +1161,11 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
             return self.truth(arg, node)
         value = self.literal_value(arg)
         if value is not None:
-            const = t.dtype.type(value).item() if not t.is_float else float(value)
-            return ir.Const(t, const, loc=self.loc(node))
+            if t.is_float:
+                return ir.Const(t, float(value), loc=self.loc(node))
+            if not math.isfinite(value):
+                raise ConstantError(f"{value} has no {t} value", self.loc(node))
+            return ir.Const(t, wrap_int(math.trunc(value), t), loc=self.loc(node))
         return self.cast(arg, t, loc=self.loc(node))
 
     def global_index(self, fn: kb.KernelOnly, node: ast.Call) -> ir.Expr:
@@ -1363,7 +1375,7 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
             if isinstance(value, float):
                 return ir.Cast(t, ir.Const(literal_type(value), value, loc=expr.loc),
                                loc=expr.loc)
-            return ir.Const(t, int(value), loc=expr.loc)
+            return ir.Const(t, wrap_int(int(value), t), loc=expr.loc)
         return ir.Cast(t, expr, loc=loc or expr.loc)
 
     def truth(self, expr: ir.Expr, node: ast.AST) -> ir.Expr:

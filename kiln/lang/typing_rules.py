@@ -9,7 +9,8 @@ def adapt_literal(value: int | float | bool, other: ScalarType) -> ScalarType:
     """The type a literal takes beside an operand of type `other`.
 
     An int literal takes the other operand's type (widened to at least i32 for small
-    integers) when it fits; a float literal takes the other's float type, or f32.
+    integers) when it fits; a negative one beside an unsigned type up to 32 bits makes the
+    operation i64 (exact); a float literal takes the other's float type, or f32.
     """
     if isinstance(value, bool):
         return bool_ if other.is_bool else adapt_literal(int(value), other)
@@ -17,7 +18,11 @@ def adapt_literal(value: int | float | bool, other: ScalarType) -> ScalarType:
         if other.is_float:
             return other
         target = other if other.bits >= 32 else i32  # bool and small ints widen, as in C
-        return target if fits(value, target) else promote(literal_type(value), target)
+        if fits(value, target):
+            return target
+        if value < 0 and target.kind == "u":  # exact, as in Python (u64: wraps, as in C)
+            return i64 if target.bits < 64 else target
+        return promote(literal_type(value), target)
     return other if other.is_float else f32
 
 

@@ -28,10 +28,12 @@ EXTRA_FLAGS = ("-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
 `-fno-trapping-math`: kiln never reads floating-point exception flags, so gcc may compute
 both sides of a float select (`x < lo ? lo : x`) and vectorise it; values are unchanged
 (kiln's own `exp`/`log` helpers only vectorise so).
-`-ffp-contract=off`: no fused multiply-add unless asked (as on OpenCL), so every operation
+`-ffp-contract=off`: no fused multiply-add unless asked (`contract=True`; kiln's policy on
+every backend, see docs/language.md), so every operation
 rounds as written: f16/bf16 results match NumPy on CPUs with native half-precision
 arithmetic, and f32 ones match NumPy. It costs the 16x16 tiled matmul about 7%."""
-OPTION_FLAGS = {"fastmath": ("-ffast-math", "-ffp-contract=fast")}
+OPTION_FLAGS = {"fastmath": ("-ffast-math", "-ffp-contract=fast"),
+                "contract": ("-ffp-contract=fast",)}
 """Kernel options (`@kiln.kernel(fastmath=True)`) that change compiler flags."""
 MATH_LIBRARIES = ("-lm",)
 VECTOR_MATH = ("-Wl,--as-needed", "-lmvec", "-Wl,--no-as-needed")

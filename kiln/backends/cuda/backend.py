@@ -142,7 +142,8 @@ class CudaCompiler(SourceCompiler):
 
     def finish(self, kernel: CompiledKernel, device: Device) -> CompiledKernel:
         code = compile_cached(kernel.source, kernel.entry, device.capabilities.arch,
-                              fastmath=kernel.options.fastmath)
+                              fastmath=kernel.options.fastmath,
+                              contract=kernel.options.contract)
         dynamic = DYNAMIC_SHARED.search(kernel.source)  # over 48 KiB of shared arrays
         return dataclasses.replace(kernel, binary=code.image, metadata=MappingProxyType(
             {**kernel.metadata, "target": code.target,
@@ -259,7 +260,8 @@ class CudaBackend(JITBackend):
             image = code.encode() + b"\0"
         else:
             image = compile_cached(code, name, device.capabilities.arch,
-                                   fastmath=options.fastmath).image
+                                   fastmath=options.fastmath,
+                                   contract=options.contract).image
         return Routine(context, load_module(context, image), name, layout=raw_layout)
 
     # ---- graphs (kiln.graph)
@@ -282,17 +284,17 @@ class CudaBackend(JITBackend):
     dlpack_device = staticmethod(interop.dlpack_device)
 
 
-def build_env(arch: str, target: str, fastmath: bool) -> BuildEnv:
+def build_env(arch: str, target: str, fastmath: bool, contract: bool = False) -> BuildEnv:
     """NVRTC, its version and the options for one target (part of every cache key)."""
     major, minor = nvrtc.version()
-    flags = tuple(nvrtc.options_for(arch, target, fastmath))
+    flags = tuple(nvrtc.options_for(arch, target, fastmath, contract=contract))
     return BuildEnv("cuda", ("nvrtc",), f"{major}.{minor}", flags=flags)
 
 
 def compile_cached(source: str, name: str, arch: str, fastmath: bool = False,
-                   target: str = "cubin") -> CudaCode:
+                   target: str = "cubin", contract: bool = False) -> CudaCode:
     """NVRTC compile through the compile cache (key: source, NVRTC version, arch, options)."""
-    env = build_env(arch, target, fastmath)
+    env = build_env(arch, target, fastmath, contract)
     key = cache_key("cuda", source, env, arch, {"target": target})
 
     def build() -> bytes:

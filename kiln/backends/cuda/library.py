@@ -291,7 +291,8 @@ class CudaLibrary(LibraryTarget):
             names.append(f'"{entry}"')
             row = []
             for a, arch in enumerate(archs):
-                code = compile_cached(text, entry, arch, fastmath=e.kernel.options.fastmath)
+                code = compile_cached(text, entry, arch, fastmath=e.kernel.options.fastmath,
+                                      contract=e.kernel.options.contract)
                 images.append(c_bytes(code.image, f"kiln_cubin_{e.index}_{a}"))
                 row.append(f"kiln_cubin_{e.index}_{a}")
             rows.append("{" + ", ".join(row) + "}")

@@ -33,12 +33,16 @@ def supported_architectures() -> list[int]:
 
 
 def options_for(arch: str, target: str, fastmath: bool = False,
-                extra: tuple[str, ...] = ()) -> list[str]:
-    """NVRTC options: `arch` like "sm_90"; PTX targets the matching virtual `compute_NN`."""
+                extra: tuple[str, ...] = (), contract: bool = False) -> list[str]:
+    """NVRTC options: `arch` like "sm_90"; PTX targets the matching virtual `compute_NN`.
+    No fused multiply-adds unless the kernel allows them (`contract=True`, `fastmath=True`):
+    kiln's one contraction policy, so results match the other backends bit for bit."""
     gpu = arch if target == "cubin" else arch.replace("sm_", "compute_")
     opts = [f"--gpu-architecture={gpu}", "--std=c++17"]
     if fastmath:
         opts.append("--use_fast_math")
+    elif not contract:
+        opts.append("--fmad=false")
     return opts + list(extra)
 
 

@@ -515,6 +515,8 @@ class FunctionCode:
 
         def ev(f: Frame, m: Mask) -> Value:
             result = impl(*[materialise(a(f, m)) for a in args])
+            if isinstance(result, np.ndarray) and result.ndim == 0:
+                result = result[()]  # a uniform argument gives a scalar (np.vectorize: 0-d)
             return result if result.dtype == dtype else cast(result, dtype)
 
         return ev

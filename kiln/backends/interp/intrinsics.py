@@ -11,6 +11,7 @@ Calling conventions (by the intrinsic's category), which the executor follows:
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -42,8 +43,38 @@ def _rsqrt(x: Value) -> Value:
 
 
 def _fma(a: Value, b: Value, c: Value) -> Value:
-    """a * b + c, with the product exact for f16/f32 (computed in f64)."""
-    return np.add(np.multiply(a, b, dtype=np.float64), c, dtype=np.float64)
+    """a * b + c with a single rounding, as the C backends' fma: exact rational arithmetic
+    for f64; for f16/f32 the f64 product is exact and the f64 sum is rounded to odd, which
+    then rounds to the narrower type exactly once (no double-rounding error)."""
+    a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
+    dtype = np.result_type(a, b, c)
+    if dtype == np.float64:
+        with np.errstate(invalid="ignore", over="ignore"):
+            return np.asarray(_fma_f64(a, b, c), dtype=np.float64)
+    p = np.multiply(a, b, dtype=np.float64)
+    c64 = c.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = p + c64
+        back = s - p
+        error = (p - (s - back)) + (c64 - back)  # the sum's rounding error (TwoSum), exact
+        even = (s.view(np.uint64) & 1) == 0
+        to_odd = (error != 0) & even & np.isfinite(s)
+        s = np.where(to_odd, np.nextafter(s, np.where(error > 0, np.inf, -np.inf)), s)
+    return s.astype(dtype)
+
+
+def _fma_scalar(a: float, b: float, c: float) -> float:
+    if not all(map(math.isfinite, (a, b, c))):
+        return a * b + c  # infinities and NaNs: the IEEE rules, no rounding involved
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    try:
+        result = float(exact)  # correctly rounded
+    except OverflowError:
+        return math.copysign(math.inf, exact)
+    return result if result or exact else math.copysign(0.0, a * b + c)
+
+
+_fma_f64 = np.frompyfunc(_fma_scalar, 3, 1)
 
 
 _erf_f64 = np.vectorize(math.erf, otypes=[np.float64])

@@ -17,6 +17,7 @@ from ...codegen.emitter import GENERATED_FILE
 from ...framework.buildenv import BuildEnv
 from ...framework.cache import CacheEntry, cache_key
 from ...options import KernelOptions
+from .codegen import CONTRACT_MACRO
 from .runtime import CLDevice, import_pyopencl
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ _LINE_DIRECTIVE = re.compile(r'^#line (\d+)(?: "(.*)")?$')
 def build_env(handle: CLDevice, options: KernelOptions) -> BuildEnv:
     """The driver that compiles for `handle` and the flags for a kernel's options."""
     flags = [STANDARD]
+    if options.contract or options.fastmath:
+        flags.append(f"-D{CONTRACT_MACRO}")
     if options.fastmath:
         flags.append(FAST_MATH)
     elif handle.correct_division:

@@ -131,6 +131,9 @@ SPELLINGS.update({
 intrinsics.implement(NAMESPACE, SPELLINGS)
 
 
+CONTRACT_MACRO = "KILN_FP_CONTRACT"
+
+
 class OpenCLEmitter(NativeVectors, CEmitter):
     """OpenCL C 1.2; whole vectors in memory move as `float4`, `double2`, ...
     (`kiln.codegen.vectors`)."""
@@ -153,9 +156,10 @@ class OpenCLEmitter(NativeVectors, CEmitter):
     space_qualifiers: ClassVar[dict[MemorySpace, str]] = {MemorySpace.SHARED: "__local"}
     table_qualifier: ClassVar[str] = "__constant"
     pointer_qualifiers: ClassVar[dict[MemorySpace, str]] = POINTER_QUALIFIERS
-    prologue = "#pragma OPENCL FP_CONTRACT OFF\n"
+    prologue = f"#ifndef {CONTRACT_MACRO}\n#pragma OPENCL FP_CONTRACT OFF\n#endif\n"
     """No fused multiply-adds the program did not ask for (`kiln.fma`): results match C and
-    NumPy (a kernel's `fastmath=True` option allows them again)."""
+    NumPy. A kernel's `contract=True` or `fastmath=True` option defines the macro at build
+    time, leaving OpenCL's default (contraction allowed)."""
     reserved = CEmitter.reserved | OPENCL_WORDS
     helpers: ClassVar[dict[str, HelperTemplate]] = {
         **C_HELPERS,
