@@ -9,6 +9,7 @@ from .errors import (
     ConstantError,
     ConvergenceError,
     DeviceFeatureError,
+    IndexOutOfBoundsError,
     KernelError,
     KernelTypeError,
     LaunchError,

@@ -92,6 +92,14 @@ class RecursionDepthError(KernelError):
     kind = "recursion"
 
 
+class IndexOutOfBoundsError(KernelError, IndexError):
+    """An array index outside the array, found while the kernel runs: by the interp at once,
+    by the other backends with `debug=True` at the launch's next synchronisation. Also an
+    IndexError, as in Python."""
+
+    kind = "index out of bounds"
+
+
 class OptionError(KernelError, TypeError):
     """An unknown kernel option (the message names the closest valid one) or a bad value;
     also a TypeError, as an unknown keyword argument is in Python."""
@@ -105,5 +113,5 @@ class LaunchError(Exception):
 
 for _error in (KernelError, UnknownNameError, KernelTypeError, ArityError, UnsupportedError,
                ConvergenceError, ConstantError, DeviceFeatureError, BackendCompileError,
-               LaunchError):
+               IndexOutOfBoundsError, LaunchError):
     _error.__module__ = "kiln"  # tracebacks name them as users import them: kiln.LaunchError

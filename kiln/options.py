@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,11 @@ class KernelOptions:
     contract: bool = option(False, "True or False", _is_bool)
     """Let the backend compiler fuse `a * b + c` into fused multiply-adds (off by default on
     every backend, so results round as written; docs/language.md, contraction)."""
+    debug: bool = option(os.environ.get("KILN_DEBUG", "") not in ("", "0"), "True or False",
+                         _is_bool)
+    """Check every array index at run time on every backend (the interp always does): an
+    index out of bounds raises `IndexOutOfBoundsError` at the launch's next synchronisation.
+    `KILN_DEBUG=1` in the environment (read when kiln is imported) turns it on for all."""
     max_depth: int | None = option(None, "a positive int or None", _positive_int_or_none)
     """How deep a recursive `@kiln.func` is inlined on backends that cannot recurse."""
 

@@ -347,7 +347,9 @@ def test_generated_source_is_readable(cpu: kiln.Device) -> None:
     np.testing.assert_array_equal(out, [0, 2, 4, 6])
     kernel_source = matmul_tiled_square.source("cpu")
     assert "#pragma GCC unroll 16" in kernel_source  # a short constant loop, inside its region
-    assert "int32_t row = kiln_block_idx_y * 16 + ty;" in kernel_source  # recomputed
+    # recomputed; wrapping (computed unsigned): block_idx.y * 16 is not provably below 2**31
+    assert "int32_t row = (int32_t)((uint32_t)kiln_block_idx_y * (uint32_t)16 + (uint32_t)ty);" \
+        in kernel_source
     sum_source = block_sum.source("cpu")
     assert "int32_t k = k_b;" in sum_source  # block-uniform: one value per block
 

@@ -262,10 +262,10 @@ def prints_five_bools(a: f32[:]):
 @kiln.kernel
 def while_else(a: f32[:]):
     i = 0
-    while i < 4:
+    while i < 4:  # error: at the `while` (the `else:` line has no location of its own)
         i += 1
     else:
-        a[0] = 1.0  # error
+        a[0] = 1.0
 
 
 @kiln.kernel
@@ -293,10 +293,10 @@ def calls_kernel(a: f32[:]):
 
 @kiln.kernel
 def for_else(a: f32[:]):
-    for i in range(4):
+    for i in range(4):  # error: at the `for`
         a[i] = 0.0
     else:
-        a[0] = 1.0  # error
+        a[0] = 1.0
 
 
 @kiln.kernel

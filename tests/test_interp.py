@@ -411,7 +411,8 @@ def test_events_time_the_stream(interp: kiln.Device) -> None:
 
 def test_an_out_of_bounds_store_names_the_array_and_line(interp: kiln.Device) -> None:
     a = kiln.zeros(10, f32, interp)
-    with pytest.raises(IndexError, match=rf":{marked_line(scatter_to)}:.*outside array 'a'"):
+    line = marked_line(scatter_to)
+    with pytest.raises(IndexError, match=rf":{line}:.*wrote `a\[30\]`, outside its 10 elements"):
         run(interp, scatter_to, 1, 4, a, np.array([1, 2, 30, 3], np.int32))
 
 

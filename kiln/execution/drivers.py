@@ -26,6 +26,7 @@ from ..framework.backend import (
 )
 from ..ir.analysis import written_params
 from ..ir.nodes import Program
+from ..ir.passes.bounds import check_bounds
 from ..ir.types import ArrayType, Type
 from .kernelcache import kernel_key
 
@@ -57,6 +58,8 @@ def lower(kernel: Kernel, arg_types: tuple[Type, ...], device: Device
     """The frontend, then the backend's pipeline: the lowered program and the names of the
     (original) parameters it may write."""
     program = kernel.program(arg_types)
+    if kernel.options.debug and not device.backend.checks_bounds:
+        program = check_bounds(program)
     for stage in device.backend.pipeline(device):
         program = stage(program)
     return program, written_by(kernel, arg_types, program)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import KernelError, LaunchError
+from ..errors import KernelError, LaunchError, UnsupportedError
 from ..framework.backend import JITBackend
 from ..framework.registry import registry, target_pipeline
 from ..framework.sizing import Dim, as_shape, grid_and_block
@@ -117,7 +118,8 @@ class Kernel(Compilable):
         its first device; by the shared device-independent one where it has none here)."""
         b = registry.get(backend).backend if isinstance(backend, str) else backend
         if not isinstance(b, JITBackend):
-            raise TypeError(f"the {b.name} backend runs kernels without generating source")
+            raise UnsupportedError(f"the {b.name} backend generates no source (it runs the "
+                                   f"IR itself): print {self.name}.ir() instead")
         program = self.program(self._types(types))
         devices = devices_of(registry.get(b.name))
         for stage in b.pipeline(devices[0]) if devices else target_pipeline(b):
@@ -176,6 +178,10 @@ def launch(kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[A
            dim: Any = None) -> None:
     """Launch `kernel` on a grid of `grid` blocks of `block` threads, or with `dim=n` (an int
     or a shape) one thread per element, the block chosen for the device."""
+    if not isinstance(kernel, Kernel):
+        what = (f"{kernel.name} is a @kiln.func, which kernels call"
+                if isinstance(kernel, DeviceFunction) else f"{kernel!r} is not a kernel")
+        raise LaunchError(f"kiln.launch: {what}; launch a @kiln.kernel")
     if dim is None:
         if grid is None or block is None:
             raise LaunchError(f"launching {kernel.name} needs dim=n (one thread per element) "
@@ -193,13 +199,24 @@ def launch(kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[A
     execute_launch(kernel, grid3, block3, args, dev if device is not None else None, stream)
 
 
+def caller_loc() -> Loc | None:
+    """Where user code (the first frame outside kiln) called into kiln."""
+    frame = inspect.currentframe()
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    return Loc(frame.f_code.co_filename, frame.f_lineno, 0)
+
+
 def _decorator(cls: type[Compilable], decorator: str, fn: Callable[..., Any] | None,
                options: dict[str, Any]) -> Any:
     if fn is None:  # @kiln.kernel(...): check the options where they are written
         checked = _options(decorator, options)
         return lambda f: _decorator(cls, decorator, f, checked.changed())
     if not inspect.isfunction(fn):
-        raise TypeError(f"{decorator} decorates a function, got {fn!r}")
+        raise UnsupportedError(f"{decorator} decorates a function, got {fn!r}", caller_loc())
     code = fn.__code__
     return cls(fn, _options(f"{decorator} {fn.__name__}", options,
                             Loc(code.co_filename, code.co_firstlineno, 0)))

@@ -329,6 +329,10 @@ class Backend(ABC):
     supports_recursion: ClassVar[bool] = False
     """Whether device functions may call themselves (directly or through others) natively;
     where not, the shared pipeline inlines recursion to the depth the user sets."""
+    checks_bounds: ClassVar[bool] = False
+    """Whether the backend checks every array index itself (the interp). Where not, a kernel
+    with `debug=True` gets the shared bounds-check pass (`kiln.ir.passes.bounds`), which
+    needs only `atomic_cas` on i32 and the index intrinsics: a new backend gets it free."""
 
     @abstractmethod
     def availability(self) -> Availability:

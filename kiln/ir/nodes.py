@@ -374,23 +374,33 @@ class Function:
         return self.locals[name]
 
 
+STATUS_WORDS_NAMES = ("code", "index_low", "index_high", "extent", "thread_x", "thread_y",
+                      "thread_z", "block_x", "block_y", "block_z")
+"""The words of a program's status array (`Program`): the failed check's code, then its
+details (`RuntimeCheck.details`)."""
+
+
 @dataclass(frozen=True)
 class RuntimeCheck:
     """An error a kernel may detect while it runs (e.g. recursion past `max_depth`): it is
-    raised as `error(message, loc)` at the launch's next synchronisation point."""
+    raised as `error(message, loc)` at the launch's next synchronisation point. With
+    `details`, the kernel also reports the failing index, the extent it is checked against
+    and the thread, which fill the message's `{index}`, `{extent}`, `{thread}` and `{block}`
+    (`kiln.ir.passes.status`)."""
 
     error: type[Exception]
     message: str
     loc: Loc | None = None
+    details: bool = False
 
 
 @dataclass(eq=False)
 class Program:
     """What a backend receives: the kernel and the device functions it calls (callees first).
 
-    A program with `checks` has one more kernel parameter, last: a 1-element `i32[:]`
-    status array, zero at the launch, to which the kernel writes `k + 1` when `checks[k]`
-    fails (the executor passes it and reads it at the next synchronisation point).
+    A program with `checks` has one more kernel parameter, last: an `i32[:]` status array
+    (`kiln.ir.passes.status`), zero at the launch, to which the kernel writes `k + 1` when
+    `checks[k]` fails (the executor passes it and reads it at the next synchronisation).
 
     `tables` are read-only arrays every function may read by name (module-level NumPy
     arrays a kernel uses): each function that reads one lists it in its `locals` as an

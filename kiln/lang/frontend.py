@@ -163,6 +163,10 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
         self.return_fixed = returns is not None and not is_kernel
         if self.return_fixed:
             self.return_type = annotation_type(self.resolver, returns, self.loc(returns))
+            if isinstance(self.return_type, ArrayType):
+                raise UnsupportedError("device functions return scalars, records or vectors, "
+                                       "not arrays: write into an array argument instead",
+                                       self.loc(returns))
         self.user_names = {n.id for n in ast.walk(self.parsed.tree) if isinstance(n, ast.Name)}
 
     # ------------------------------------------------------------ driver
@@ -446,7 +450,7 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
 
     def is_local(self, node: ast.expr) -> bool:
         root = node
-        while isinstance(root, ast.Attribute):
+        while isinstance(root, (ast.Attribute, ast.Subscript)):  # `ps[i].vel` too
             root = root.value
         return isinstance(root, ast.Name) and (root.id in self.param_names
                                                or root.id in self.local_types
@@ -506,7 +510,7 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
     def stmt_While(self, node: ast.While) -> list[ir.Stmt]:
         if node.orelse:
             raise UnsupportedError("`while ... else` is not supported in kernels",
-                                   self.loc(node.orelse[0]))
+                                   self.loc(node))
         cond = self.truth(self.expr(node.test), node.test)
         self.loop_depth += 1
         body = self.block(node.body)
@@ -517,7 +521,7 @@ class FunctionBuilder(AggregateBuilder, ViewBuilder):
         loc = self.loc(node)
         if node.orelse:
             raise UnsupportedError("`for ... else` is not supported in kernels",
-                                   self.loc(node.orelse[0]))
+                                   self.loc(node))
         if not isinstance(node.target, ast.Name):
             raise UnsupportedError("the loop variable must be a single name",
                                    self.loc(node.target))

@@ -50,6 +50,10 @@ def parse_function(pyfunc: Any) -> ParsedFunction:
     tree = module.body[0]
     while isinstance(tree, ast.ClassDef):  # a method-like definition is not expected
         tree = tree.body[0]
+    if isinstance(tree, ast.AsyncFunctionDef):
+        where = Loc(file, tree.lineno + first_line - 1, tree.col_offset + indent)
+        raise UnsupportedError(f"{pyfunc.__qualname__} is an `async def`: kernels and device "
+                               "functions are plain `def` functions", where)
     if not isinstance(tree, ast.FunctionDef):
         raise UnsupportedError(f"{pyfunc.__qualname__} is not a plain function definition")
     return ParsedFunction(tree, file, first_line - 1, indent)

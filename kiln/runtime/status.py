@@ -1,10 +1,11 @@
 """Run-time checks of launched kernels (`kiln.ir.nodes.RuntimeCheck`), reported without
 blocking the launch.
 
-A specialisation whose program has checks gets one 1-element status array per stream it
-runs on (zeroed once); each launch passes it and arms its `StatusWatch` on the stream. The
-next synchronisation that covers the launch (its stream's or device's `synchronize`, an
-event recorded after it, a copy to the host) reads the status and raises the failed check.
+A specialisation whose program has checks gets one status array per stream it runs on
+(`STATUS_WORDS` i32s, zeroed once); each launch passes it and arms its `StatusWatch` on
+the stream. The next synchronisation that covers the launch (its stream's or device's
+`synchronize`, an event recorded after it, a copy to the host) reads the status and raises
+the failed check.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..ir.nodes import STATUS_WORDS_NAMES as WORDS
+
+STATUS_WORDS = len(WORDS)
 from .array import DeviceArray, empty
 
 if TYPE_CHECKING:
@@ -26,22 +30,43 @@ class StatusWatch:
     def __init__(self, checks: list[RuntimeCheck], stream: Stream) -> None:
         self.checks = checks
         self.stream = stream
-        self.array: DeviceArray = empty(1, np.int32, stream.device)
-        self.array.copy_from_host(np.zeros(1, np.int32), stream)
+        self.array: DeviceArray = empty(STATUS_WORDS, np.int32, stream.device)
+        self.array.copy_from_host(np.zeros(STATUS_WORDS, np.int32), stream)
 
     def arm(self) -> None:
         """Have the stream's next synchronisation check this status (after a launch)."""
         self.stream.pending[id(self)] = self
 
-    def failed(self) -> RuntimeCheck | None:
-        """The check the status reports, if any (the status is zeroed again). The stream
-        must be synchronised."""
+    def failed(self) -> tuple[RuntimeCheck, str] | None:
+        """The check the status reports, if any, and its message (the status is zeroed
+        again). The stream must be synchronised."""
         backend, handle = self.stream.device.backend, self.stream.handle
-        code = np.zeros(1, np.int32)
-        backend.allocator.copy_device_to_host(code, self.array.buffer, handle)
+        words = np.zeros(STATUS_WORDS, np.int32)
+        backend.allocator.copy_device_to_host(words, self.array.buffer, handle)
         backend.queue.synchronize_stream(handle)
-        if not code[0]:
+        if not words[0]:
             return None
-        backend.allocator.copy_host_to_device(self.array.buffer, np.zeros(1, np.int32), handle)
+        backend.allocator.copy_host_to_device(self.array.buffer, np.zeros(STATUS_WORDS, np.int32), handle)
         backend.queue.synchronize_stream(handle)
+        check = self.checks[int(words[0]) - 1]
+        return check, describe(check, words)
+
+
+def describe(check: RuntimeCheck, words: np.ndarray) -> str:
+    """The check's message, with the failing index and thread where it reports them."""
+    if not check.details:
+        return check.message
+    w = dict(zip(WORDS, (int(x) for x in words)))
+    index = (w["index_high"] << 32) | (w["index_low"] & 0xFFFFFFFF)
+    return check.message.format(
+        index=index, extent=w["extent"], thread=(w["thread_x"], w["thread_y"], w["thread_z"]),
+        block=(w["block_x"], w["block_y"], w["block_z"]))
+
+
+def raise_failed(watches: Iterable[StatusWatch]) -> None:
+    """Read each (synchronised) status and raise the first failed check."""
+    failed = [found for found in (w.failed() for w in watches) if found is not None]
+    if failed:
+        check, message = failed[0]
+        raise check.error(message, check.loc)
         return self.checks[int(code[0]) - 1]

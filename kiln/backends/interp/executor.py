@@ -22,6 +22,7 @@ from ...ir.intrinsics import intrinsics
 from ...ir.types import ArrayType, ScalarType, Type
 from ...ir.visit import walk
 from . import ops
+from .bounds import check_indices
 from .compaction import (
     LaneSubset,
     compactable,
@@ -90,11 +91,6 @@ def _has_effects(exprs: list[ir.Expr]) -> bool:
         or (isinstance(node, ir.IntrinsicCall) and intrinsics[node.name].side_effects)
         for e in exprs for node in walk(e)
     )
-
-
-def _out_of_bounds(node: ir.Stmt | ir.Expr, name: str, exc: IndexError) -> IndexError:
-    where = f"{node.loc}: " if node.loc else ""
-    return IndexError(f"{where}a thread wrote outside array '{name}' ({exc})")
 
 
 def _active_lanes(value: Value, m: Mask, count: int, dtype: np.dtype) -> np.ndarray:
@@ -201,20 +197,20 @@ class FunctionCode:
         value = self.expr(s.value)
         into = getattr(value, "into", None)
 
+        kernel, loc = self.program.program.kernel.name, s.loc
+
         def run(f: Frame, m: Mask) -> Mask:
             ref = f.vars[name]
             chunk = f.chunk
-            addr = address(ref, [i(f, m) for i in indices], chunk, wide)
+            values = [i(f, m) for i in indices]
+            check_indices(kernel, name, ref.shape, values, chunk, m, "wrote", loc)
+            addr = address(ref, values, chunk, wide)
             if into is not None and m is None:
                 view = slice_view(ref.flat, addr, chunk.n)
                 if view is not None:
                     into(f, m, view)
                     return m
-            v = value(f, m)
-            try:
-                scatter(ref.flat, addr, v, m, chunk.n)
-            except IndexError as exc:
-                raise _out_of_bounds(s, name, exc) from None
+            scatter(ref.flat, addr, value(f, m), m, chunk.n)
             return m
 
         return run
@@ -469,11 +465,14 @@ class FunctionCode:
         indices = [self.expr(i) for i in e.indices]
         wide = any(_scalar_type(i.type, i).bits == 64 for i in e.indices)
         view_ok = self._views
+        kernel, loc = self.program.program.kernel.name, e.loc
 
         def ev(f: Frame, m: Mask) -> Value:
             ref = f.vars[name]
             chunk = f.chunk
-            addr = address(ref, [i(f, m) for i in indices], chunk, wide)
+            values = [i(f, m) for i in indices]
+            check_indices(kernel, name, ref.shape, values, chunk, m, "read", loc)
+            addr = address(ref, values, chunk, wide)
             return gather(ref.flat, addr, chunk.n, view_ok)
 
         return ev
@@ -537,19 +536,19 @@ class FunctionCode:
         indices = [self.expr(i) for i in e.args[1 : 1 + ndim]]
         wide = any(_scalar_type(i.type, i).bits == 64 for i in e.args[1 : 1 + ndim])
         operands = [self.expr(v) for v in e.args[1 + ndim :]]
+        kernel, loc = self.program.program.kernel.name, e.loc
 
         def ev(f: Frame, m: Mask) -> Value:
             ref = f.vars[name]
             chunk = f.chunk
-            addr = address(ref, [i(f, m) for i in indices], chunk, wide)
+            values = [i(f, m) for i in indices]
+            check_indices(kernel, name, ref.shape, values, chunk, m, "updated", loc)
+            addr = address(ref, values, chunk, wide)
             values = [v(f, m) for v in operands]
             count = chunk.n if m is None else int(np.count_nonzero(m))
             addr = _active_lanes(addr, m, count, np.dtype(np.intp))
             values = [_active_lanes(v, m, count, dtype) for v in values]
-            try:
-                before = impl(ref.flat, addr, *values, old=old)
-            except IndexError as exc:
-                raise _out_of_bounds(e, name, exc) from None
+            before = impl(ref.flat, addr, *values, old=old)
             if not old or m is None:
                 return before
             out = np.zeros(chunk.n, dtype)

@@ -17,6 +17,7 @@ from .aggregates import lower_aggregates
 from .bf16 import lower_bf16
 from .convergence import check_convergence
 from .dead_code import remove_dead_code
+from .definite import check_definite_assignment
 from .features import device_feature_check
 from .fold import fold_constants
 from .inline import inline_aggregate_returns, inline_functions
@@ -39,9 +40,10 @@ __all__ = [
 
 
 def check_program(program: Program) -> Program:
-    """The checks every kernel gets whatever the backend: the structural type check, then
-    the convergence check. Returns the program unchanged."""
+    """The checks every kernel gets whatever the backend: the structural type check,
+    definite assignment, then the convergence check. Returns the program unchanged."""
     validate(program)
+    check_definite_assignment(program)
     check_convergence(program)
     return program
 

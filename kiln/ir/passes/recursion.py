@@ -15,9 +15,10 @@ from collections.abc import Callable
 
 from ...errors import RecursionDepthError
 from .. import nodes as ir
-from ..types import ArrayType, VoidType, i32
+from ..types import VoidType, i32
 from ..visit import Transformer, walk
-from .common import all_functions, clone_function, clone_program
+from .common import clone_function, clone_program
+from .status import STATUS_TYPE, Status, callees, fresh
 
 
 def bound_recursion(backend: str) -> Callable[[ir.Program], ir.Program]:
@@ -28,17 +29,13 @@ def bound_recursion(backend: str) -> Callable[[ir.Program], ir.Program]:
         if not groups:
             return program
         program = clone_program(program)
-        status = _Status(program)
+        status = Status(program)
         for group in groups:
             _expand(program, group, _depth(program, group, backend), status, backend)
         status.thread()
         return program
 
     return inline_recursion
-
-
-def callees(func: ir.Function) -> set[str]:
-    return {n.func for n in walk(func.body) if isinstance(n, ir.Call)}
 
 
 def recursive_groups(program: ir.Program) -> list[list[str]]:
@@ -74,7 +71,7 @@ def _depth(program: ir.Program, group: list[str], backend: str) -> int:
         f"depth to inline it to, @kiln.func(max_depth=N)", call.loc or first.loc)
 
 
-def _expand(program: ir.Program, group: list[str], depth: int, status: _Status,
+def _expand(program: ir.Program, group: list[str], depth: int, status: Status,
             backend: str) -> None:
     """Replace the group's functions by `depth` levels of copies, deepest first, where the
     group's last function was (so every callee still comes before its callers), preceded
@@ -82,7 +79,7 @@ def _expand(program: ir.Program, group: list[str], depth: int, status: _Status,
     taken = {f.name for f in program.functions} | {program.kernel.name}
     names: list[dict[str, str]] = [{g: g for g in group}]
     for level in range(2, depth + 1):
-        names.append({g: _fresh(f"{g}_depth{level}", taken) for g in group})
+        names.append({g: fresh(f"{g}_depth{level}", taken) for g in group})
     copies: list[ir.Function] = []
     for level in reversed(range(depth)):
         for g in group:
@@ -98,15 +95,6 @@ def _expand(program: ir.Program, group: list[str], depth: int, status: _Status,
     last = max(i for i, f in enumerate(program.functions) if f.name in group)
     before = [f for f in program.functions[:last] if f.name not in group]
     program.functions = [*before, *copies, *program.functions[last + 1:]]
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    """`name`, or `name_N` where that is taken; the result is taken from now on."""
-    fresh, n = name, 1
-    while fresh in taken:
-        fresh, n = f"{name}_{n}", n + 1
-    taken.add(fresh)
-    return fresh
 
 
 class _Redirect(Transformer):
@@ -127,7 +115,7 @@ class _Cut(Transformer):
     of the call's type that write the call's check code to the status array, return zero
     and take no other argument (the cut call's arguments are not evaluated)."""
 
-    def __init__(self, group: list[str], depth: int, status: _Status, backend: str,
+    def __init__(self, group: list[str], depth: int, status: Status, backend: str,
                  kernel: str, taken: set[str]) -> None:
         self.group, self.depth, self.status = set(group), depth, status
         self.backend, self.kernel, self.taken = backend, kernel, taken
@@ -141,7 +129,7 @@ class _Cut(Transformer):
             f"`{e.func}` recursed deeper than its max_depth={self.depth} in kernel "
             f"`{self.kernel}` on the {self.backend} backend, which inlines recursion that "
             "many levels deep: raise max_depth", e.loc))
-        name = _fresh(f"{e.func}_too_deep", self.taken)
+        name = fresh(f"{e.func}_too_deep", self.taken)
         store = ir.Store(ir.Var(STATUS_TYPE, self.status.name), [ir.Const(i32, 0)],
                          ir.Const(i32, code), loc=e.loc)
         result = None if isinstance(e.type, VoidType) else \
@@ -150,41 +138,3 @@ class _Cut(Transformer):
                                           loc=e.loc))
         self.status.reporters.add(name)
         return ir.Call(e.type, name, [], loc=e.loc)
-
-
-STATUS_TYPE = ArrayType(i32, 1)
-
-
-class _Status:
-    """The program's status array: a kernel parameter passed down to every function that
-    reaches a reporter (`thread`), and the checks whose codes reporters write to it."""
-
-    def __init__(self, program: ir.Program) -> None:
-        self.program = program
-        used = {f.name for f in all_functions(program)}
-        for f in all_functions(program):
-            used |= {*f.locals, *(p.name for p in f.params)}
-        self.name = _fresh("kiln_status", used)
-        self.reporters: set[str] = set()
-
-    def add(self, check: ir.RuntimeCheck) -> int:
-        """The code (1-based) that reports `check`."""
-        self.program.checks.append(check)
-        return len(self.program.checks)
-
-    def thread(self) -> None:
-        """Add the status parameter to the kernel (last) and to every function that reaches a
-        reporter, and pass it in every call of those."""
-        program = self.program
-        needs = set(self.reporters)
-        grown = True
-        while grown:
-            callers = {f.name for f in program.functions if callees(f) & needs}
-            grown = not callers <= needs
-            needs |= callers
-        for func in all_functions(program):
-            if func.name in needs or func.is_kernel:
-                func.params.append(ir.Param(self.name, STATUS_TYPE))
-            for call in walk(func.body):
-                if isinstance(call, ir.Call) and call.func in needs:
-                    call.args.append(ir.Var(STATUS_TYPE, self.name))

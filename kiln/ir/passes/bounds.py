@@ -1,0 +1,135 @@
+"""Bounds checks for compiled kernels (`@kiln.kernel(debug=True)`, `KILN_DEBUG=1`).
+
+Every index of an array load, store or atomic goes through a checker function of its type:
+`kiln_check_index_i32(index, dim, code)` returns the index when `0 <= index < dim`;
+otherwise it records the failure in the status array (the first failing thread claims it
+with a compare-and-swap, then writes the index and its thread and block) and returns 0, so
+the access stays inside the array. The launch's next synchronisation raises
+`IndexOutOfBoundsError` naming the kernel, the array, the index, the thread and the line
+(`kiln.runtime.status`). The checker is a call where the index is evaluated, so indices
+guarded by `and`, `or` or `if ... else` are checked only when evaluated. The interp backend
+checks every access itself and skips this pass (`Backend.checks_bounds`).
+"""
+
+from __future__ import annotations
+
+from ...errors import IndexOutOfBoundsError
+from .. import nodes as ir
+from ..ranges import Ranges
+from ..types import ArrayType, ScalarType, bool_, i32, i64
+from ..visit import Transformer
+from .common import all_functions, clone_program
+from .status import STATUS_TYPE, Status, fresh
+
+_THREAD = ("thread_idx_x", "thread_idx_y", "thread_idx_z",
+           "block_idx_x", "block_idx_y", "block_idx_z")
+
+
+def check_bounds(program: ir.Program) -> ir.Program:
+    """The program with every array index checked against its dimension."""
+    program = clone_program(program)
+    status = Status(program)
+    taken = {f.name for f in all_functions(program)}
+    checkers: dict[ScalarType, ir.Function] = {}
+    kernel = program.kernel.name
+    for func in all_functions(program):
+        _Checked(func, status, checkers, taken, kernel).transform_body_of(func)
+    program.functions[:0] = checkers.values()
+    status.reporters |= {f.name for f in checkers.values()}
+    status.thread()
+    return program
+
+
+class _Checked(Transformer):
+    def __init__(self, func: ir.Function, status: Status,
+                 checkers: dict[ScalarType, ir.Function], taken: set[str], kernel: str) -> None:
+        self.func, self.status, self.checkers = func, status, checkers
+        self.taken, self.kernel = taken, kernel
+        self.ranges = Ranges(func)
+
+    def transform_body_of(self, func: ir.Function) -> None:
+        func.body = self.transform_body(func.body)
+
+    def visit_Load(self, e: ir.Load) -> ir.Expr:  # noqa: N802 - Transformer's hook names
+        e.indices = self.checked(e.array, e.indices, "read", e.loc)
+        return e
+
+    def visit_Store(self, s: ir.Store) -> ir.Stmt:  # noqa: N802
+        s.indices = self.checked(s.array, s.indices, "wrote", s.loc)
+        return s
+
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:  # noqa: N802
+        if e.name.startswith("atomic_") and e.args and isinstance(e.args[0], ir.Var) \
+                and isinstance(e.args[0].type, ArrayType) and e.args[0].name != self.status.name:
+            array = e.args[0]
+            ndim = array.type.ndim  # type: ignore[union-attr]
+            indices = self.checked(array, e.args[1:1 + ndim], "updated", e.loc)
+            e.args = [array, *indices, *e.args[1 + ndim:]]
+        return e
+
+    def checked(self, array: ir.Var, indices: list[ir.Expr], verb: str,
+                loc: ir.Loc | None) -> list[ir.Expr]:
+        t = array.type
+        assert isinstance(t, ArrayType)
+        out = []
+        for axis, index in enumerate(indices):
+            if t.shape is not None and _within(self.ranges.of(index), t.shape[axis]):
+                out.append(index)  # provably inside a fixed shape (`s[tid]`, `s[i % 64]`)
+                continue
+            code = self.status.add(ir.RuntimeCheck(
+                IndexOutOfBoundsError,
+                f"kernel `{self.kernel}`: thread {{thread}} of block {{block}} {verb} "
+                f"{_describe(array.name, t, axis)}", loc, details=True))
+            index_type = index.type if index.type == i64 else i32
+            value = index if index.type == index_type else ir.Cast(index_type, index)
+            checker = self.checker(index_type)  # type: ignore[arg-type]
+            dim = ir.ArrayDim(i32, ir.Var(t, array.name), axis, loc=loc)
+            out.append(ir.Call(index_type, checker.name,
+                               [value, dim, ir.Const(i32, code)], loc=loc))
+        return out
+
+    def checker(self, t: ScalarType) -> ir.Function:
+        found = self.checkers.get(t)
+        if found is None:
+            found = self.checkers[t] = _checker(fresh(f"kiln_check_index_{t.name}", self.taken),
+                                                t, self.status)
+        return found
+
+
+def _within(bounds: tuple[int, int], extent: int) -> bool:
+    return bounds[0] >= 0 and bounds[1] < extent
+
+
+def _describe(name: str, t: ArrayType, axis: int) -> str:
+    """`a[{index}]`, outside its 256 elements / `m[:, {index}]`, outside its shape (...)."""
+    place = ", ".join("{index}" if k == axis else ":" for k in range(t.ndim))
+    return f"`{name}[{place}]`, {outside(axis, t.ndim, '{extent}')}"
+
+
+def outside(axis: int, ndim: int, extent: int | str) -> str:
+    """The end of an out-of-bounds message (shared with the interp's own checks)."""
+    if ndim == 1:
+        return f"outside its {extent} elements"
+    return f"outside its shape (axis {axis} has {extent} elements)"
+
+
+def _checker(name: str, t: ScalarType, status: Status) -> ir.Function:
+    """`name(index, dim, code)`: the index when in range, else 0 after reporting `code`."""
+    index, dim, code = ir.Var(t, "index"), ir.Var(i32, "dim"), ir.Var(i32, "code")
+    array = ir.Var(STATUS_TYPE, status.name)
+    outside = ir.BoolOp(bool_, "or", [
+        ir.Compare(bool_, "<", index, ir.Const(t, 0)),
+        ir.Compare(bool_, ">=", index, dim if t == i32 else ir.Cast(t, dim))])
+    claimed = ir.Compare(bool_, "==", ir.IntrinsicCall(
+        i32, "atomic_cas", [array, ir.Const(i32, 0), ir.Const(i32, 0), code]), ir.Const(i32, 0))
+    high = (ir.Cast(i32, ir.BinOp(t, ">>", index, ir.Const(t, 32))) if t == i64 else
+            ir.Select(i32, ir.Compare(bool_, "<", index, ir.Const(t, 0)),
+                      ir.Const(i32, -1), ir.Const(i32, 0)))
+    words: list[ir.Expr] = [index if t == i32 else ir.Cast(i32, index), high, dim,
+                            *(ir.IntrinsicCall(i32, n, []) for n in _THREAD)]
+    report = [ir.Store(array, [ir.Const(i32, k + 1)], w) for k, w in enumerate(words)]
+    body: list[ir.Stmt] = [
+        ir.If(outside, [ir.If(claimed, report), ir.Return(ir.Const(t, 0))]),
+        ir.Return(index)]
+    return ir.Function(name, [ir.Param("index", t), ir.Param("dim", i32),
+                              ir.Param("code", i32)], t, body, {})
