@@ -14,7 +14,7 @@ from ..framework.backend import JITBackend
 from ..framework.registry import registry, target_pipeline
 from ..framework.sizing import Dim, as_shape, grid_and_block
 from ..ir.nodes import Loc
-from ..ir.passes import check_program
+from ..ir.passes import check_definite_assignment, check_program
 from ..ir.printer import format_program
 from ..ir.types import Type
 from ..lang.frontend import build_program
@@ -96,6 +96,7 @@ class Kernel(Compilable):
         if program is None:
             self.frontend_runs += 1
             program = check_program(build_program(self.pyfunc, arg_types, kernel=True))
+            check_definite_assignment(program)  # of the user's code (not of passes' output)
             self._programs[arg_types] = program
         return program
 

@@ -31,7 +31,8 @@ from .warps import lower_single_lane_warps
 Pass = Callable[[Program], Program]
 
 __all__ = [
-    "BackendTraits", "InternalError", "Pass", "PipelineTarget", "bound_recursion", "check_program",
+    "BackendTraits", "InternalError", "Pass", "PipelineTarget", "bound_recursion",
+    "check_definite_assignment", "check_program",
     "default_pipeline", "device_feature_check", "fold_constants", "inline_aggregate_returns",
     "inline_functions", "lower_aggregates", "lower_bf16", "lower_matrix_ops",
     "lower_single_lane_warps",
@@ -40,10 +41,9 @@ __all__ = [
 
 
 def check_program(program: Program) -> Program:
-    """The checks every kernel gets whatever the backend: the structural type check,
-    definite assignment, then the convergence check. Returns the program unchanged."""
+    """The checks every kernel gets whatever the backend: the structural type check, then
+    the convergence check. Returns the program unchanged."""
     validate(program)
-    check_definite_assignment(program)
     check_convergence(program)
     return program
 

@@ -6,7 +6,9 @@ register held (another thread's value on cpu and OpenCL, 0 on interp). The check
 forward must-analysis over the structured IR: after an `if`, a local is assigned when both
 branches assign it (a branch that returns, breaks or continues does not count); a loop body
 may run zero times, so what it assigns is not assigned after it (except `while True`, left
-only by `break`); a `for` loop's variable is assigned only inside its body.
+only by `break`); a `for` loop's variable is assigned only inside its body. It checks the
+frontend's output (`Kernel.program`), not what passes make of it: inlining assigns through
+flags this analysis does not follow.
 """
 
 from __future__ import annotations
