@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import IndexOutOfBoundsError
 from ...ir import nodes as ir
 from ...ir.passes.bounds import outside
-from ...errors import IndexOutOfBoundsError
 from .geometry import BX, BY, BZ, TX, TY, TZ, Chunk
 from .values import Affine, Mask, Value, materialise
 
