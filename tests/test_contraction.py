@@ -10,7 +10,7 @@ from conftest import backend_entry
 import kiln
 from kiln import f32, f64, i32
 
-BACKENDS = [name for name in ("interp", "cpu", "opencl") if backend_entry(name).available]
+BACKENDS = [name for name in ("interp", "cpu", "opencl", "cuda") if backend_entry(name).available]
 
 
 @kiln.kernel

@@ -11,7 +11,7 @@ from conftest import assert_kernel_error, backend_entry
 import kiln
 from kiln import i32, i64, u32
 
-BACKENDS = [name for name in ("interp", "cpu", "opencl") if backend_entry(name).available]
+BACKENDS = [name for name in ("interp", "cpu", "opencl", "cuda") if backend_entry(name).available]
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 
 

@@ -12,7 +12,7 @@ from conftest import assert_kernel_error, backend_entry, marked_line
 import kiln
 from kiln import f32, i32
 
-BACKENDS = [name for name in ("interp", "cpu", "opencl") if backend_entry(name).available]
+BACKENDS = [name for name in ("interp", "cpu", "opencl", "cuda") if backend_entry(name).available]
 
 
 # ---------------------------------------------------------------- definite assignment

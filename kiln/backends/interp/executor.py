@@ -378,7 +378,8 @@ class FunctionCode:
         return self._handler(e, "expr", "expressions")(e)
 
     def _expr_Const(self, e: ir.Const) -> ExprFn:
-        value = _scalar_type(e.type, e).dtype.type(e.value)
+        with np.errstate(over="ignore"):  # 1e308 as an f32 is inf, as in C
+            value = _scalar_type(e.type, e).dtype.type(e.value)
         return lambda f, m: value
 
     def _expr_Var(self, e: ir.Var) -> ExprFn:
