@@ -52,13 +52,13 @@ def fuzzed(fixed: range, regressions: tuple[int, ...] = ()) -> Callable[[F], F]:
     return decorate
 
 
-@fuzzed(range(3), regressions=(1, 1002))  # 1, 1002: bugs of the reference, kept
+@fuzzed(range(1), regressions=(1, 1002))  # 1, 1002: bugs of the reference, kept
 def test_random_kernels_agree_everywhere(seed: int) -> None:
     mismatches = run(build(seed), BACKENDS, DIRECTORY)
     assert not mismatches, "\n".join(map(str, mismatches))
 
 
-@fuzzed(range(25))
+@fuzzed(range(15))
 def test_mutants_fail_with_located_kiln_errors(seed: int) -> None:
     kernel = build(seed % 50)
     mutant = mutate(kernel.source, random.Random(seed))
@@ -78,7 +78,7 @@ def test_mutants_compile_cleanly_on_the_other_backends(seed: int) -> None:
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed")
 
 
-@fuzzed(range(2000, 2002))
+@fuzzed(range(2000, 2001))
 def test_random_kernels_compile_to_ptx(seed: int) -> None:
     from kiln.backends.cuda import backend as cuda
     from kiln.backends.cuda import nvrtc as kiln_nvrtc

@@ -200,6 +200,7 @@ def default_device() -> Device:
 
 def raise_failed(watches: Iterable[StatusWatch]) -> None:
     """Read each (synchronised) status and raise the first failed check."""
-    failed = [check for check in (w.failed() for w in watches) if check is not None]
+    failed = [found for found in (w.failed() for w in watches) if found is not None]
     if failed:
-        raise failed[0].error(failed[0].message, failed[0].loc)
+        check, message = failed[0]
+        raise check.error(message, check.loc)

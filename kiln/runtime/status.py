@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..ir.nodes import STATUS_WORDS_NAMES as WORDS
+from .array import DeviceArray, empty
 
 STATUS_WORDS = len(WORDS)
-from .array import DeviceArray, empty
 
 if TYPE_CHECKING:
     from ..ir.nodes import RuntimeCheck
@@ -62,11 +62,3 @@ def describe(check: RuntimeCheck, words: np.ndarray) -> str:
         index=index, extent=w["extent"], thread=(w["thread_x"], w["thread_y"], w["thread_z"]),
         block=(w["block_x"], w["block_y"], w["block_z"]))
 
-
-def raise_failed(watches: Iterable[StatusWatch]) -> None:
-    """Read each (synchronised) status and raise the first failed check."""
-    failed = [found for found in (w.failed() for w in watches) if found is not None]
-    if failed:
-        check, message = failed[0]
-        raise check.error(message, check.loc)
-        return self.checks[int(code[0]) - 1]

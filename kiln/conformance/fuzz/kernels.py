@@ -70,7 +70,7 @@ class FuzzKernel:
         return module.fuzz
 
 
-def ScalarType_by_name(name: str) -> ScalarType:  # noqa: N802 - mirrors the type's name
+def ScalarType_by_name(name: str) -> ScalarType:
     return next(t for t in (*NUMBERS,) if t.name == name)
 
 

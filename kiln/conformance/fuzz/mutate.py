@@ -185,7 +185,7 @@ _MUTATIONS: dict[str, Callable[[ast.Module, random.Random], str]] = {
 }
 
 
-class Deadline(BaseException):  # noqa: N818 - an outcome, like Skipped
+class Deadline(BaseException):
     """Raised in the main thread when a mutant's step runs past its time (a BaseException,
     so that no `except Exception` on the way swallows it)."""
 
@@ -219,7 +219,7 @@ def check(mutant: Mutant, kernel: FuzzKernel, directory: Path, compile_on: list[
         fn = variant.load(directory)
     except (kiln.KernelError, kiln.LaunchError) as exc:
         return _located(exc)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if _raised_by_user_code(exc, directory):
             return None  # Python rejected the module at the user's line (`f32[:, 0]`)
         return f"raw {type(exc).__name__} loading the module: {exc}"
@@ -232,7 +232,7 @@ def check(mutant: Mutant, kernel: FuzzKernel, directory: Path, compile_on: list[
         return _located(exc)
     except Deadline:
         return f"compiling took over {seconds} s"
-    except Exception as exc:  # noqa: BLE001 - the point: nothing else may escape
+    except Exception as exc:
         return f"raw {type(exc).__name__}: {exc}"
     args, _ = variant.arguments()
     try:
@@ -243,7 +243,7 @@ def check(mutant: Mutant, kernel: FuzzKernel, directory: Path, compile_on: list[
         return _located(exc)
     except Deadline:
         return None
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return f"raw {type(exc).__name__} at run time: {exc}"
     return None
 

@@ -50,15 +50,15 @@ class _Checked(Transformer):
     def transform_body_of(self, func: ir.Function) -> None:
         func.body = self.transform_body(func.body)
 
-    def visit_Load(self, e: ir.Load) -> ir.Expr:  # noqa: N802 - Transformer's hook names
+    def visit_Load(self, e: ir.Load) -> ir.Expr:
         e.indices = self.checked(e.array, e.indices, "read", e.loc)
         return e
 
-    def visit_Store(self, s: ir.Store) -> ir.Stmt:  # noqa: N802
+    def visit_Store(self, s: ir.Store) -> ir.Stmt:
         s.indices = self.checked(s.array, s.indices, "wrote", s.loc)
         return s
 
-    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:  # noqa: N802
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:
         if e.name.startswith("atomic_") and e.args and isinstance(e.args[0], ir.Var) \
                 and isinstance(e.args[0].type, ArrayType) and e.args[0].name != self.status.name:
             array = e.args[0]
