@@ -46,7 +46,8 @@ class StatusWatch:
         backend.queue.synchronize_stream(handle)
         if not words[0]:
             return None
-        backend.allocator.copy_host_to_device(self.array.buffer, np.zeros(STATUS_WORDS, np.int32), handle)
+        zeros = np.zeros(STATUS_WORDS, np.int32)
+        backend.allocator.copy_host_to_device(self.array.buffer, zeros, handle)
         backend.queue.synchronize_stream(handle)
         check = self.checks[int(words[0]) - 1]
         return check, describe(check, words)
