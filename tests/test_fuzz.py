@@ -87,7 +87,7 @@ def test_random_kernels_compile_to_ptx(seed: int) -> None:
     program = fn.program(fn._types(()))
     for stage in cuda.pipeline(None):
         program = stage(program)
-    source = cuda.generate_source(program)
+    source = cuda.compiler.generate_source(program)
     ptx = kiln_nvrtc.compile_source(source, "fuzz", kiln_nvrtc.options_for("sm_90", "ptx"),
                                     "ptx")
     assert b".entry" in ptx
