@@ -207,7 +207,7 @@ def deadline(seconds: float) -> Iterator[None]:
 
 
 def check(mutant: Mutant, kernel: FuzzKernel, directory: Path, compile_on: list[str],
-          seconds: float = 60.0, run_seconds: float = 5.0) -> str | None:
+          seconds: float = 60.0, run_seconds: float | None = 5.0) -> str | None:
     """Compile the mutant (IR, then for each backend of `compile_on`) and run it on the
     interp; None when it worked or failed as it should, else what went wrong. A run that
     takes over `run_seconds` is stopped and fine (the mutant may loop forever); compiling
@@ -234,6 +234,8 @@ def check(mutant: Mutant, kernel: FuzzKernel, directory: Path, compile_on: list[
         return f"compiling took over {seconds} s"
     except Exception as exc:
         return f"raw {type(exc).__name__}: {exc}"
+    if run_seconds is None:  # compile only: a mutant that loops forever would keep the
+        return None          # interp's stream thread busy after the deadline
     args, _ = variant.arguments()
     try:
         with deadline(run_seconds):
