@@ -17,6 +17,7 @@ float-to-integer casts are clamped first, indices are in range.
 from __future__ import annotations
 
 import math
+import operator
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -257,8 +258,6 @@ class Generator:
             b = self.rng.choice(self.leaves)
         op = self.rng.choice(["<", "<=", ">", ">=", "==", "!="])
         t = comparison_type(a.type, b.type, a.literal, b.literal)
-        import operator
-
         fn = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
               "==": operator.eq, "!=": operator.ne}[op]
         return Expr(f"({a.text} {op} {b.text})", bool_,
