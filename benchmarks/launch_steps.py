@@ -72,7 +72,7 @@ def variants(dev: kiln.Device) -> dict[str, Callable[[], Any]]:
     out["kernel[1, 256]: launcher lookup"] = lambda: vector_add[1, 256]
     fastpath.remember(plans, "checks", args, types, dev, None, (), (), convert=False,
                       inline=({}, ["pass"]))
-    target = routine.target(GRID, BLOCK, args, stream)
+    target = routine.launch_target(GRID, BLOCK, args, stream)
     fastpath.remember(plans, "call", args, types, dev, target, (), (), convert=False)
     fastpath.remember(plans, "inline", args, types, dev, None, (), (), convert=False,
                       inline=routine.inline(GRID, BLOCK, args, stream))
