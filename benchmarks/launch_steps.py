@@ -53,7 +53,8 @@ def variants(dev: kiln.Device) -> dict[str, Callable[[], Any]]:
     args = (a, b, c, n)
     vector_add[1, 256](*args)
     (types, *_), spec = next(iter(vector_add.specializations.items()))
-    routine, stream = spec.routine, dev.default_stream.handle.stream
+    routine, handle = spec.routine, dev.default_stream.handle  # kiln's stream handle
+    stream = handle.stream  # the driver's, for the raw calls
     values = [ctypes.c_uint64(a.buffer.ptr), ctypes.c_int32(n), ctypes.c_uint64(b.buffer.ptr),
               ctypes.c_int32(n), ctypes.c_uint64(c.buffer.ptr), ctypes.c_int32(n),
               ctypes.c_int32(n)]
@@ -72,15 +73,15 @@ def variants(dev: kiln.Device) -> dict[str, Callable[[], Any]]:
     out["kernel[1, 256]: launcher lookup"] = lambda: vector_add[1, 256]
     fastpath.remember(plans, "checks", args, types, dev, None, (), (), convert=False,
                       inline=({}, ["pass"]))
-    target = routine.launch_target(GRID, BLOCK, args, stream)
+    target = routine.launch_target(GRID, BLOCK, args, handle)
     fastpath.remember(plans, "call", args, types, dev, target, (), (), convert=False)
     fastpath.remember(plans, "inline", args, types, dev, None, (), (), convert=False,
-                      inline=routine.inline(GRID, BLOCK, args, stream))
+                      inline=routine.launch_inline(GRID, BLOCK, args, handle))
     shim_of = cuda_launch.shim
     cuda_launch.shim = lambda: None  # the same plan, calling cuda-bindings
     try:
         fastpath.remember(plans, "bindings", args, types, dev, None, (), (), convert=False,
-                          inline=routine.inline(GRID, BLOCK, args, stream))
+                          inline=routine.launch_inline(GRID, BLOCK, args, handle))
     finally:
         cuda_launch.shim = shim_of
     for key, label in (("checks", "plan: checks alone"),
