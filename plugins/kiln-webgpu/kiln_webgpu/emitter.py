@@ -46,6 +46,18 @@ def module_arrays(kernel: ir.Function) -> list[str]:
         if isinstance(t, ArrayType) and t.space is MemorySpace.SHARED]
 
 
+class _WrapsAlready:
+    """The shared emitter writes signed `+ - * <<` that may overflow in the unsigned type
+    (C may assume they never do); WGSL's integer arithmetic wraps by definition, so every
+    operation already "fits" and is written as it is."""
+
+    def fits(self, expr: ir.Expr) -> bool:
+        return True
+
+
+WRAPS_ALREADY = _WrapsAlready()
+
+
 class WGSLEmitter(AtomicArrays, CEmitter):
     """IR -> one WGSL module with one compute entry point."""
 
@@ -96,6 +108,7 @@ class WGSLEmitter(AtomicArrays, CEmitter):
     def begin_function(self, func: ir.Function) -> None:
         """Names of one function, which module-scope names are reserved against."""
         self.func = func
+        self.ranges = WRAPS_ALREADY
         self.names = NameTable(self.reserved | self.module_names.taken)
         for p in func.params:
             self.names.add(p.name)
