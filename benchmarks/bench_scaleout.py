@@ -20,18 +20,7 @@ from common import markdown_table, median_ms, ratio, versions
 
 import kiln
 from kiln import f32, i32
-
-
-@kiln.kernel
-def smooth(x: f32[:], y: f32[:], start: i32, rows: i32, n: i32):
-    i = kiln.global_id(0)
-    if i < rows:
-        g = start + i
-        j = i + 1
-        if g == 0 or g == n - 1:
-            y[j] = x[j]
-        else:
-            y[j] = (x[j - 1] + x[j] + x[j + 1]) / 3.0
+from kiln.examples import smooth_shard
 
 
 @kiln.kernel
@@ -64,7 +53,7 @@ def stencil_ms(devices: list[kiln.Device], x: np.ndarray, steps: int, repeat: in
     def run() -> None:
         nonlocal a, b
         for _ in range(steps):
-            kiln.launch_sharded(smooth, (a, b, kiln.shard_start, kiln.shard_rows, n))
+            kiln.launch_sharded(smooth_shard, (a, b, kiln.shard_start, kiln.shard_rows, n))
             b.refresh_halo()
             a, b = b, a
         for d in devices:
@@ -132,7 +121,7 @@ def dask_rows(quick: bool) -> list[list[object]]:
             x = da.random.random(n, chunks=n // 16).astype(np.float32).persist()
             work = x
             for _ in range(5):
-                work = kd.map_overlap(smooth, work, kiln.shard_start, kiln.shard_rows, n,
+                work = kd.map_overlap(smooth_shard, work, kiln.shard_start, kiln.shard_rows, n,
                                       out="y", depth=1)
             timings[workers] = median_ms(lambda work=work: work.compute(), 3, warmup=1)
             tiny = da.ones(64 * 16, chunks=16, dtype=np.float32)

@@ -142,7 +142,7 @@ def test_manifest_describes_every_entry_point(examples_library) -> None:
     entries = {e["kernel"]: e for e in manifest["entry_points"]}
     assert list(entries) == ["vector_add", "block_sum", "matmul_naive", "matmul_tiled",
                              "matmul_tiled_square", "mandelbrot", "spmv_csr", "julia",
-                             "softmax_rows"]
+                             "softmax_rows", "smooth_shard"]
     add = entries["vector_add"]
     assert add["c_name"] == "ex_vector_add"
     assert add["specialisation"] == ["f32[:]", "f32[:]", "f32[:]", "i32"]

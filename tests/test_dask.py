@@ -12,6 +12,7 @@ import pytest
 
 import kiln
 from kiln import f32, i32
+from kiln.examples import smooth_shard
 
 da = pytest.importorskip("dask.array", reason="kiln[dask] (dask) is not installed")
 distributed = pytest.importorskip("distributed", reason="kiln[dask] (distributed) is not "
@@ -24,18 +25,6 @@ def saxpy(x: f32[:], y: f32[:], out: f32[:], a: f32, rows: i32):
     i = kiln.global_id(0)
     if i < rows:
         out[i] = a * x[i] + y[i]
-
-
-@kiln.kernel
-def smooth(x: f32[:], y: f32[:], start: i32, rows: i32, n: i32):
-    i = kiln.global_id(0)
-    if i < rows:
-        g = start + i
-        j = i + 1
-        if g == 0 or g == n - 1:
-            y[j] = x[j]
-        else:
-            y[j] = (x[j - 1] + x[j] + x[j + 1]) / 3.0
 
 
 @kiln.kernel
@@ -75,7 +64,7 @@ def test_map_blocks_2d_chunks_know_their_start():
 def test_map_overlap_stencil():
     n = 5003
     x = data(n, 4)
-    out = kd.map_overlap(smooth, da.from_array(x, chunks=1000), kiln.shard_start,
+    out = kd.map_overlap(smooth_shard, da.from_array(x, chunks=1000), kiln.shard_start,
                          kiln.shard_rows, n, out="y", depth=1)
     expect = x.copy()
     expect[1:-1] = (x[:-2] + x[1:-1] + x[2:]) / np.float32(3)
@@ -143,7 +132,7 @@ def test_misuse_is_a_launch_error():
         kd.map_blocks(saxpy, dx, other, 1.0, kiln.shard_rows, out="out")
     uneven = da.from_array(data(10, 9), chunks=(4, 4, 2))
     with pytest.raises(kiln.LaunchError, match="depth 3 is more than the smallest chunk's 2"):
-        kd.map_overlap(smooth, uneven, kiln.shard_start, kiln.shard_rows, 10, out="y",
+        kd.map_overlap(smooth_shard, uneven, kiln.shard_start, kiln.shard_rows, 10, out="y",
                        depth=3)
 
 

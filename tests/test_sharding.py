@@ -9,22 +9,9 @@ from conftest import backend_entry, requires_backend
 
 import kiln
 from kiln import f32, i32
-from kiln.examples import vector_add
+from kiln.examples import smooth_shard, vector_add
 
 pytestmark = requires_backend("cpu", "sharding tests split the cpu backend's device")
-
-
-@kiln.kernel
-def smooth(x: f32[:], y: f32[:], start: i32, rows: i32, n: i32):
-    """One step of a 3-point average over a shard with one ghost row on each side."""
-    i = kiln.global_id(0)
-    if i < rows:
-        g = start + i
-        j = i + 1
-        if g == 0 or g == n - 1:
-            y[j] = x[j]
-        else:
-            y[j] = (x[j - 1] + x[j] + x[j + 1]) / 3.0
 
 
 @kiln.kernel
@@ -116,13 +103,13 @@ def test_sharded_stencil_with_halo(parts):
     x = np.random.default_rng(4).random(n).astype(np.float32)
     a, b = kiln.shard(x, parts, halo=1), kiln.shard_empty(n, f32, parts, halo=1)
     for _ in range(steps):
-        kiln.launch_sharded(smooth, (a, b, kiln.shard_start, kiln.shard_rows, n))
+        kiln.launch_sharded(smooth_shard, (a, b, kiln.shard_start, kiln.shard_rows, n))
         b.refresh_halo()
         a, b = b, a
     whole = kiln.shard(x, [parts[0]], halo=1)
     other = kiln.shard_empty(n, f32, [parts[0]], halo=1)
     for _ in range(steps):
-        kiln.launch_sharded(smooth, (whole, other, kiln.shard_start, kiln.shard_rows, n))
+        kiln.launch_sharded(smooth_shard, (whole, other, kiln.shard_start, kiln.shard_rows, n))
         whole, other = other, whole
     assert np.array_equal(a.gather(), whole.gather())
     np.testing.assert_allclose(a.gather(), smooth_numpy(x, steps), rtol=1e-6)
@@ -152,9 +139,9 @@ def test_mixed_backends_shard_like_one_device(parts, other):
     n = 3001
     x = np.random.default_rng(7).random(n).astype(np.float32)
     a, b = kiln.shard(x, devices, halo=1), kiln.shard_empty(n, f32, devices, halo=1)
-    kiln.launch_sharded(smooth, (a, b, kiln.shard_start, kiln.shard_rows, n))
+    kiln.launch_sharded(smooth_shard, (a, b, kiln.shard_start, kiln.shard_rows, n))
     b.refresh_halo()
-    kiln.launch_sharded(smooth, (b, a, kiln.shard_start, kiln.shard_rows, n))
+    kiln.launch_sharded(smooth_shard, (b, a, kiln.shard_start, kiln.shard_rows, n))
     np.testing.assert_allclose(a.gather(), smooth_numpy(x, 2), rtol=1e-6)
 
 
