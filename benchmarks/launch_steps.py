@@ -61,14 +61,15 @@ def variants(dev: kiln.Device) -> dict[str, Callable[[], Any]]:
     pointers = (ctypes.c_void_p * 7)(*[ctypes.addressof(v) for v in values])
     address = ctypes.addressof(pointers)
     launch, function = driver.cuLaunchKernel, routine.function
+    keep = (values, pointers)  # the prepacked block must outlive this function
     out: dict[str, Callable[[], Any]] = {
-        "cuda-bindings cuLaunchKernel, prepacked": lambda: launch(
+        "cuda-bindings cuLaunchKernel, prepacked": lambda keep=keep: launch(
             function, *GRID, *BLOCK, 0, stream, address, 0),
     }
     run = shim.shim()
     if run is not None:
         record = shim.record(function, GRID, BLOCK, 0, stream, address)
-        out["kiln's C shim, prepacked"] = lambda: run(record[1])
+        out["kiln's C shim, prepacked"] = lambda keep=keep: run(record[1])
     plans = _Plans()
     out["kernel[1, 256]: launcher lookup"] = lambda: vector_add[1, 256]
     fastpath.remember(plans, "checks", args, types, dev, None, (), (), convert=False,
