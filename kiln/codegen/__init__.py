@@ -6,9 +6,10 @@ data and registers spellings in `kiln.ir.intrinsics` under its namespace.
 """
 
 from ..ir.abi import AbiParam, abi_values, function_abi, kernel_abi
+from ..ir.visit import handles
 from . import c_intrinsics  # noqa: F401 - registers the "c" namespace
 from .diagnostics import compile_error
-from .emitter import GENERATED_FILE, CEmitter, CExpr, handles
+from .emitter import GENERATED_FILE, CEmitter, CExpr
 from .names import NameTable
 
 __all__ = ["AbiParam", "CEmitter", "CExpr", "GENERATED_FILE", "NameTable", "abi_values",

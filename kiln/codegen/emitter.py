@@ -3,8 +3,9 @@
 A dialect (cpu, cuda, opencl, ...) subclasses `CEmitter` and mostly sets class attributes:
 type names, qualifiers, literal suffixes, the prologue, its intrinsic namespaces (spellings
 come from the one registry, `kiln.ir.intrinsics`), helper templates. Where data is
-not enough it overrides a hook (`emit_kernel`, `var`, `element`) or registers a handler for
-a node kind with a predicate (`@handles(IntrinsicCall, when=...)`, DaCe's dispatcher).
+not enough it overrides a hook (`emit_kernel`, `var`, `element`), a node's handler
+(`stmt_<Node>`, `expr_<Node>`: the emitter is a `kiln.ir.visit.Visitor`) or registers a
+handler with a predicate (`@handles(IntrinsicCall, when=...)`, DaCe's dispatcher).
 
 Intrinsic implementations for emitters are either a format string over the argument
 sources (`"atomicAdd({0}, {1})"`; keywords `{T}` result C type, `{f}` libm suffix) or a
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -50,7 +51,7 @@ from ..ir.types import (
     u32,
     u64,
 )
-from ..ir.visit import walk
+from ..ir.visit import Visitor, walk
 from ..lang.native import PLACEHOLDER, native_code
 from .helpers import C_HELPERS, HelperTemplate
 from .names import RESERVED, NameTable
@@ -84,20 +85,6 @@ class CExpr:
         return self.text if self.prec >= min_prec else f"({self.text})"
 
 
-Handler = Callable[[Any, Any], Any]
-Predicate = Callable[[Any, Any], bool]
-
-
-def handles(node_type: type, when: Predicate | None = None) -> Callable[[Handler], Handler]:
-    """Mark an emitter method as the handler of `node_type` nodes for which `when` holds."""
-
-    def mark(method: Handler) -> Handler:
-        method._kiln_handles = (node_type, when or (lambda emitter, node: True))  # type: ignore
-        return method
-
-    return mark
-
-
 def _is_call_text(text: str) -> bool:
     """Whether `text` is one identifier or one call `name(...)`, so it needs no parentheses."""
     head = text.split("(", 1)[0]
@@ -114,8 +101,13 @@ def _is_call_text(text: str) -> bool:
     return False
 
 
-class CEmitter:
-    """IR -> C-family source. Subclass and set the data below for a dialect."""
+class CEmitter(Visitor[Any]):
+    """IR -> C-family source. Subclass and set the data below for a dialect.
+
+    A `Visitor` whose handlers are `stmt_<Node>` (emit lines) and `expr_<Node>` (return a
+    `CExpr`), and `@handles` methods where a predicate decides."""
+
+    visit_prefixes = ("stmt_", "expr_")
 
     namespaces: ClassVar[tuple[str, ...]] = ("c",)
     """Where intrinsic spellings are looked up, most specific first."""
@@ -147,18 +139,6 @@ class CEmitter:
     unroll_pragma: ClassVar[str] = "#pragma GCC unroll {n}"
     """The line before a `for` that asks the compiler to unroll it `{n}` times."""
     """The `kiln.native(...)` keyword whose code this dialect inserts (cuda, opencl, c)."""
-    _handlers: ClassVar[dict[type, list[tuple[Predicate, Handler]]]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        table: dict[type, list[tuple[Predicate, Handler]]] = {}
-        for klass in cls.__mro__:  # most derived first, so subclasses win
-            for attr in vars(klass).values():
-                spec = getattr(attr, "_kiln_handles", None)
-                if spec is not None:
-                    table.setdefault(spec[0], []).append((spec[1], attr))
-        cls._handlers = table
-
     # ------------------------------------------------------------ program
 
     def emit(self, program: ir.Program) -> str:
@@ -363,18 +343,12 @@ class CEmitter:
         for s in body:
             self.stmt(s)
 
-    def _dispatch(self, node: Any, prefix: str) -> Any:
-        for pred, method in self._handlers.get(type(node), ()):
-            if pred(self, node):
-                return method(self, node)
-        method = getattr(self, f"{prefix}_{type(node).__name__}", None)
-        if method is None:
-            raise UnsupportedError(f"{type(self).__name__} cannot emit {type(node).__name__}",
-                                   getattr(node, "loc", None))
-        return method(node)
+    def generic_visit(self, node: ir.Expr | ir.Stmt) -> Any:
+        raise UnsupportedError(f"{type(self).__name__} cannot emit {type(node).__name__}",
+                               node.loc)
 
     def stmt(self, s: ir.Stmt) -> None:
-        self._dispatch(s, "stmt")
+        self.visit(s)
 
     def stmt_Assign(self, s: ir.Assign) -> None:
         self.line(f"{self.var(s.target)} = {self.expr(s.value).text};", s.loc)
@@ -456,7 +430,8 @@ class CEmitter:
     # ------------------------------------------------------------ expressions
 
     def expr(self, e: ir.Expr) -> CExpr:
-        return self._dispatch(e, "expr")
+        result: CExpr = self.visit(e)
+        return result
 
     def literal(self, value: int | float | bool, t: ScalarType) -> CExpr:
         if t is bf16:

@@ -36,8 +36,7 @@ from typing import Any, ClassVar
 from ..ir import nodes as ir
 from ..ir.enums import MemorySpace
 from ..ir.types import ArrayType, ScalarType, Type
-from ..ir.visit import walk
-from .emitter import handles
+from ..ir.visit import handles, walk
 
 COMPONENTS = "xyzw"
 SPACES = (MemorySpace.GLOBAL, MemorySpace.SHARED)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from . import nodes as ir
 from .types import ArrayType, Type, VoidType, bool_, f32, i32
+from .visit import Visitor
 
 INDENT = "    "
 _DEFAULT_LITERAL = (i32, f32, bool_)
@@ -47,52 +48,76 @@ def format_block(body: Sequence[ir.Stmt], depth: int) -> list[str]:
 
 
 def format_stmt(stmt: ir.Stmt, depth: int) -> list[str]:
-    pad = INDENT * depth
-    match stmt:
-        case ir.Assign(target=target, value=value):
-            return [f"{pad}{target} = {typed(value)}"]
-        case ir.Store(array=array, indices=indices, value=value) if _wide(value.type, array):
-            return [f"{pad}store({array.name}, {_join(indices)}, {typed(value)})"]
-        case ir.Store(array=array, indices=indices, value=value):
-            return [f"{pad}{array.name}[{_join(indices)}] = {typed(value)}"]
-        case ir.ExprStmt(expr=expr):
-            return [pad + typed(expr)]
-        case ir.SetField(target=target, name=name, value=value):
-            return [f"{pad}{format_expr(target)}.{name} = {typed(value)}"]
-        case ir.If():
-            return _format_if(stmt, depth, "if")
-        case ir.While(cond=cond, body=body):
-            return [f"{pad}while {format_expr(cond, top=True)}:", *format_block(body, depth + 1)]
-        case ir.For(var=var, start=start, stop=stop, step=step, body=body):
-            bounds = _join([start, stop, step])
-            return [f"{pad}for {var} in range({bounds}):", *format_block(body, depth + 1)]
-        case ir.Break():
-            return [pad + "break"]
-        case ir.Continue():
-            return [pad + "continue"]
-        case ir.Return(value=None):
-            return [pad + "return"]
-        case ir.Return(value=value):
-            return [f"{pad}return {typed(value)}"]
-        case ir.VectorAccess(body=body):
-            return [f"{pad}vector access:", *format_block(body, depth + 1)]
-        case ir.BlockLoop(body=body, thread_vars=thread_vars, block_vars=block_vars):
-            notes = _notes(("thread vars", thread_vars), ("block vars", block_vars),
-                           ("exits", stmt.exits))
-            return [f"{pad}for each block{notes}:", *format_block(body, depth + 1)]
-        case ir.ThreadLoop(body=body):
-            return [f"{pad}for each thread{_thread_notes(stmt)}:", *format_block(body, depth + 1)]
-        case ir.LockstepLoop(cond=cond, body=body, setup=setup, inductions=inductions):
-            head = f"{pad}lockstep while {format_expr(cond, top=True)}{_thread_notes(stmt)}:"
-            inner = INDENT * (depth + 1)
-            lines = [head]
-            if setup:
-                lines += [f"{inner}each pass:", *format_block(setup, depth + 2)]
-            return [*lines, *format_block(inductions, depth + 1), *format_block(body, depth + 1)]
-        case ir.Induction(var=var, init=init, step=step):
-            return [f"{pad}induction {var} = {format_expr(init)} + iteration * "
-                    f"{format_expr(step)}"]
-    return [pad + _generic(stmt)]
+    return _Statements(depth).visit(stmt)
+
+
+class _Statements(Visitor[list[str]]):
+    """The lines of one statement at an indentation depth."""
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.pad = INDENT * depth
+
+    def nested(self, head: str, body: Sequence[ir.Stmt]) -> list[str]:
+        return [f"{self.pad}{head}:", *format_block(body, self.depth + 1)]
+
+    def visit_Assign(self, s: ir.Assign) -> list[str]:
+        return [f"{self.pad}{s.target} = {typed(s.value)}"]
+
+    def visit_Store(self, s: ir.Store) -> list[str]:
+        if _wide(s.value.type, s.array):
+            return [f"{self.pad}store({s.array.name}, {_join(s.indices)}, {typed(s.value)})"]
+        return [f"{self.pad}{s.array.name}[{_join(s.indices)}] = {typed(s.value)}"]
+
+    def visit_ExprStmt(self, s: ir.ExprStmt) -> list[str]:
+        return [self.pad + typed(s.expr)]
+
+    def visit_SetField(self, s: ir.SetField) -> list[str]:
+        return [f"{self.pad}{format_expr(s.target)}.{s.name} = {typed(s.value)}"]
+
+    def visit_If(self, s: ir.If) -> list[str]:
+        return _format_if(s, self.depth, "if")
+
+    def visit_While(self, s: ir.While) -> list[str]:
+        return self.nested(f"while {format_expr(s.cond, top=True)}", s.body)
+
+    def visit_For(self, s: ir.For) -> list[str]:
+        return self.nested(f"for {s.var} in range({_join([s.start, s.stop, s.step])})", s.body)
+
+    def visit_Break(self, s: ir.Break) -> list[str]:
+        return [self.pad + "break"]
+
+    def visit_Continue(self, s: ir.Continue) -> list[str]:
+        return [self.pad + "continue"]
+
+    def visit_Return(self, s: ir.Return) -> list[str]:
+        return [self.pad + ("return" if s.value is None else f"return {typed(s.value)}")]
+
+    def visit_VectorAccess(self, s: ir.VectorAccess) -> list[str]:
+        return self.nested("vector access", s.body)
+
+    def visit_BlockLoop(self, s: ir.BlockLoop) -> list[str]:
+        notes = _notes(("thread vars", s.thread_vars), ("block vars", s.block_vars),
+                       ("exits", s.exits))
+        return self.nested(f"for each block{notes}", s.body)
+
+    def visit_ThreadLoop(self, s: ir.ThreadLoop) -> list[str]:
+        return self.nested(f"for each thread{_thread_notes(s)}", s.body)
+
+    def visit_LockstepLoop(self, s: ir.LockstepLoop) -> list[str]:
+        lines = [f"{self.pad}lockstep while {format_expr(s.cond, top=True)}{_thread_notes(s)}:"]
+        if s.setup:
+            lines += [f"{INDENT * (self.depth + 1)}each pass:", *format_block(s.setup,
+                                                                            self.depth + 2)]
+        return [*lines, *format_block(s.inductions, self.depth + 1),
+                *format_block(s.body, self.depth + 1)]
+
+    def visit_Induction(self, s: ir.Induction) -> list[str]:
+        return [f"{self.pad}induction {s.var} = {format_expr(s.init)} + iteration * "
+                f"{format_expr(s.step)}"]
+
+    def generic_visit(self, node: ir.Expr | ir.Stmt) -> list[str]:
+        return [self.pad + _generic(node)]
 
 
 def _thread_notes(loop: ir.ThreadLoop | ir.LockstepLoop) -> str:
@@ -103,7 +128,7 @@ def _thread_notes(loop: ir.ThreadLoop | ir.LockstepLoop) -> str:
 
 def _notes(*notes: tuple[str, list[str] | bool]) -> str:
     """` (name: a, b; flag)` for the non-empty lists and true flags."""
-    parts = [name if value is True else f"{name}: {', '.join(value)}"  # type: ignore[arg-type]
+    parts = [name if isinstance(value, bool) else f"{name}: {', '.join(value)}"
              for name, value in notes if value]
     return f" ({'; '.join(parts)})" if parts else ""
 
@@ -131,38 +156,66 @@ def typed(expr: ir.Expr) -> str:
 
 def format_expr(expr: ir.Expr, top: bool = False) -> str:
     """One expression; operators are parenthesised unless `top`."""
-    match expr:
-        case ir.Const(value=value, type=t):
-            text = repr(value.item() if hasattr(value, "item") else value)
-            return text if t in _DEFAULT_LITERAL else f"{t}({text})"
-        case ir.Var(name=name):
-            return name
-        case ir.BinOp(op=op, left=left, right=right) | ir.Compare(op=op, left=left, right=right):
-            return _paren(f"{format_expr(left)} {op} {format_expr(right)}", top)
-        case ir.UnaryOp(op="not", operand=operand):
-            return _paren(f"not {format_expr(operand)}", top)
-        case ir.UnaryOp(op=op, operand=operand):
-            return f"{op}{format_expr(operand)}"
-        case ir.BoolOp(op=op, values=values):
-            return _paren(f" {op} ".join(format_expr(v) for v in values), top)
-        case ir.Select(cond=cond, if_true=if_true, if_false=if_false):
-            text = f"{format_expr(if_true)} if {format_expr(cond)} else {format_expr(if_false)}"
-            return _paren(text, top)
-        case ir.Cast(type=t, value=value):
-            return f"{t}({format_expr(value, top=True)})"
-        case ir.Load(array=array, indices=indices) if _wide(expr.type, array):
-            return f"load({expr.type}, {array.name}, {_join(indices)})"
-        case ir.Load(array=array, indices=indices):
-            return f"{array.name}[{_join(indices)}]"
-        case ir.ArrayDim(array=array, axis=axis):
-            return f"{array.name}.shape[{axis}]"
-        case ir.Call(func=name, args=args) | ir.IntrinsicCall(name=name, args=args):
-            return f"{name}({_join(args)})"
-        case ir.Construct(type=t, values=values):
-            return f"{t}({_join(values)})"
-        case ir.Field(value=value, name=name):
-            return f"{format_expr(value)}.{name}"
-    return _generic(expr)
+    text = _EXPRESSIONS.visit(expr)
+    operator = isinstance(expr, (ir.BinOp, ir.Compare, ir.BoolOp, ir.Select)) or (
+        isinstance(expr, ir.UnaryOp) and expr.op == "not")
+    return f"({text})" if operator and not top else text
+
+
+class _Expressions(Visitor[str]):
+    """An expression's text, without the parentheses `format_expr` adds around operators."""
+
+    def visit_Const(self, e: ir.Const) -> str:
+        value = e.value
+        text = repr(value.item() if hasattr(value, "item") else value)
+        return text if e.type in _DEFAULT_LITERAL else f"{e.type}({text})"
+
+    def visit_Var(self, e: ir.Var) -> str:
+        return e.name
+
+    def visit_BinOp(self, e: ir.BinOp | ir.Compare) -> str:
+        return f"{format_expr(e.left)} {e.op} {format_expr(e.right)}"
+
+    visit_Compare = visit_BinOp
+
+    def visit_UnaryOp(self, e: ir.UnaryOp) -> str:
+        return f"not {format_expr(e.operand)}" if e.op == "not" else \
+            f"{e.op}{format_expr(e.operand)}"
+
+    def visit_BoolOp(self, e: ir.BoolOp) -> str:
+        return f" {e.op} ".join(format_expr(v) for v in e.values)
+
+    def visit_Select(self, e: ir.Select) -> str:
+        return f"{format_expr(e.if_true)} if {format_expr(e.cond)} else {format_expr(e.if_false)}"
+
+    def visit_Cast(self, e: ir.Cast) -> str:
+        return f"{e.type}({format_expr(e.value, top=True)})"
+
+    def visit_Load(self, e: ir.Load) -> str:
+        if _wide(e.type, e.array):
+            return f"load({e.type}, {e.array.name}, {_join(e.indices)})"
+        return f"{e.array.name}[{_join(e.indices)}]"
+
+    def visit_ArrayDim(self, e: ir.ArrayDim) -> str:
+        return f"{e.array.name}.shape[{e.axis}]"
+
+    def visit_Call(self, e: ir.Call) -> str:
+        return f"{e.func}({_join(e.args)})"
+
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> str:
+        return f"{e.name}({_join(e.args)})"
+
+    def visit_Construct(self, e: ir.Construct) -> str:
+        return f"{e.type}({_join(e.values)})"
+
+    def visit_Field(self, e: ir.Field) -> str:
+        return f"{format_expr(e.value)}.{e.name}"
+
+    def generic_visit(self, node: ir.Expr | ir.Stmt) -> str:
+        return _generic(node)
+
+
+_EXPRESSIONS = _Expressions()
 
 
 def _wide(t: Type, array: ir.Var) -> bool:

@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import ClassVar
 
-from ...codegen.emitter import BINARY_PREC, CEmitter, CExpr, handles
+from ...codegen.emitter import BINARY_PREC, CEmitter, CExpr
 from ...codegen.helpers import C_HELPERS, HelperTemplate
 from ...ir import nodes as ir
 from ...ir.abi import function_abi
@@ -25,7 +25,7 @@ from ...ir.analysis import reads_and_writes
 from ...ir.enums import MemorySpace
 from ...ir.passes import InternalError
 from ...ir.types import ArrayType, i32, i64
-from ...ir.visit import walk
+from ...ir.visit import handles, walk
 from .atomics import ATOMIC_HELPERS
 from .vmath import VMATH_HELPERS
 

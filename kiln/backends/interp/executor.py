@@ -20,7 +20,7 @@ from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
 from ...ir.intrinsics import intrinsics
 from ...ir.types import ArrayType, ScalarType, Type
-from ...ir.visit import walk
+from ...ir.visit import Visitor, walk
 from . import ops
 from .bounds import check_indices
 from .compaction import (
@@ -105,8 +105,8 @@ def _is_uniform_bool(c: Value) -> bool:
     return isinstance(c, (np.bool_, bool))
 
 
-class FunctionCode:
-    """A kernel or device function compiled to closures."""
+class FunctionCode(Visitor[Any]):
+    """A kernel or device function compiled to closures: `visit_<Node>` builds a node's."""
 
     def __init__(self, fn: ir.Function, program: ProgramCode) -> None:
         self.fn = fn
@@ -160,18 +160,15 @@ class FunctionCode:
 
         return run
 
-    def _handler(self, node: ir.Stmt | ir.Expr, prefix: str, what: str) -> Callable[[Any], Any]:
-        """The `_<prefix>_<Class>` method that builds `node`'s closure."""
-        method = getattr(self, f"_{prefix}_{type(node).__name__}", None)
-        if method is None:
-            raise UnsupportedError(f"the interp backend cannot run {type(node).__name__} {what}",
-                                   node.loc)
-        return method
+    def generic_visit(self, node: ir.Stmt | ir.Expr) -> Any:
+        what = "statements" if isinstance(node, ir.Stmt) else "expressions"
+        raise UnsupportedError(f"the interp backend cannot run {type(node).__name__} {what}",
+                               node.loc)
 
     def stmt(self, s: ir.Stmt) -> StmtFn:
-        method = self._handler(s, "stmt", "statements")
         self._views = not _has_effects(_own_expressions(s))
-        return method(s)
+        fn: StmtFn = self.visit(s)
+        return fn
 
     def _assigner(self, name: str) -> Callable[[Frame, Value, Mask], None]:
         dtype = _scalar_type(self.fn.var_type(name), self.fn).dtype
@@ -181,7 +178,7 @@ class FunctionCode:
 
         return assign
 
-    def _stmt_Assign(self, s: ir.Assign) -> StmtFn:
+    def visit_Assign(self, s: ir.Assign) -> StmtFn:
         value, assign = self.expr(s.value), self._assigner(s.target)
 
         def run(f: Frame, m: Mask) -> Mask:
@@ -190,7 +187,7 @@ class FunctionCode:
 
         return run
 
-    def _stmt_Store(self, s: ir.Store) -> StmtFn:
+    def visit_Store(self, s: ir.Store) -> StmtFn:
         name = s.array.name
         indices = [self.expr(i) for i in s.indices]
         wide = any(_scalar_type(i.type, i).bits == 64 for i in s.indices)
@@ -215,7 +212,7 @@ class FunctionCode:
 
         return run
 
-    def _stmt_ExprStmt(self, s: ir.ExprStmt) -> StmtFn:
+    def visit_ExprStmt(self, s: ir.ExprStmt) -> StmtFn:
         e = s.expr
         if isinstance(e, ir.IntrinsicCall) and intrinsics[e.name].category == "atomic":
             value = self._atomic(e, old=False)
@@ -228,7 +225,7 @@ class FunctionCode:
 
         return run
 
-    def _stmt_If(self, s: ir.If) -> StmtFn:
+    def visit_If(self, s: ir.If) -> StmtFn:
         cond = self.expr(s.cond)
         then = self.block(s.then)
         orelse = self.block(s.orelse) if s.orelse else None
@@ -304,11 +301,11 @@ class FunctionCode:
             f.result = widen(f.result, inner.result, sub)
         return expand_mask(left, sub)
 
-    def _stmt_While(self, s: ir.While) -> StmtFn:
+    def visit_While(self, s: ir.While) -> StmtFn:
         return self._loop(self.expr(s.cond), self.block(s.body), None,
                           compactable([s], self.program.program))
 
-    def _stmt_For(self, s: ir.For) -> StmtFn:
+    def visit_For(self, s: ir.For) -> StmtFn:
         start, stop_fn, step_fn = self.expr(s.start), self.expr(s.stop), self.expr(s.step)
         assign = self._assigner(s.var)
         var = s.var
@@ -339,16 +336,16 @@ class FunctionCode:
 
         return run
 
-    def _stmt_Native(self, s: ir.Native) -> StmtFn:
+    def visit_Native(self, s: ir.Native) -> StmtFn:
         return native_statement(self, s)
 
-    def _stmt_VectorAccess(self, s: ir.VectorAccess) -> StmtFn:  # a hint: run its body
+    def visit_VectorAccess(self, s: ir.VectorAccess) -> StmtFn:  # a hint: run its body
         return self.block(s.body)
 
-    def _stmt_Break(self, s: ir.Break) -> StmtFn:
+    def visit_Break(self, s: ir.Break) -> StmtFn:
         return self._exit(0)
 
-    def _stmt_Continue(self, s: ir.Continue) -> StmtFn:
+    def visit_Continue(self, s: ir.Continue) -> StmtFn:
         return self._exit(1)
 
     @staticmethod
@@ -360,7 +357,7 @@ class FunctionCode:
 
         return run
 
-    def _stmt_Return(self, s: ir.Return) -> StmtFn:
+    def visit_Return(self, s: ir.Return) -> StmtFn:
         if s.value is None:
             return lambda f, m: False
         value = self.expr(s.value)
@@ -375,18 +372,19 @@ class FunctionCode:
 
     # ---- expressions
     def expr(self, e: ir.Expr) -> ExprFn:
-        return self._handler(e, "expr", "expressions")(e)
+        fn: ExprFn = self.visit(e)
+        return fn
 
-    def _expr_Const(self, e: ir.Const) -> ExprFn:
+    def visit_Const(self, e: ir.Const) -> ExprFn:
         with np.errstate(over="ignore"):  # 1e308 as an f32 is inf, as in C
             value = _scalar_type(e.type, e).dtype.type(e.value)
         return lambda f, m: value
 
-    def _expr_Var(self, e: ir.Var) -> ExprFn:
+    def visit_Var(self, e: ir.Var) -> ExprFn:
         name = e.name
         return lambda f, m: f.vars[name]
 
-    def _expr_BinOp(self, e: ir.BinOp) -> ExprFn:
+    def visit_BinOp(self, e: ir.BinOp) -> ExprFn:
         t = _scalar_type(e.type, e)
         left, right = self.expr(e.left), self.expr(e.right)
         if e.op in ("<<", ">>") and e.right.type != t:
@@ -408,15 +406,15 @@ class FunctionCode:
     def _converted(fn: ExprFn, dtype: np.dtype) -> ExprFn:
         return lambda f, m: cast(fn(f, m), dtype)
 
-    def _expr_UnaryOp(self, e: ir.UnaryOp) -> ExprFn:
+    def visit_UnaryOp(self, e: ir.UnaryOp) -> ExprFn:
         operand, fn = self.expr(e.operand), ops.unary(e.op)
         return lambda f, m: fn(operand(f, m))
 
-    def _expr_Compare(self, e: ir.Compare) -> ExprFn:
+    def visit_Compare(self, e: ir.Compare) -> ExprFn:
         left, right, fn = self.expr(e.left), self.expr(e.right), ops.comparison(e.op)
         return lambda f, m: fn(left(f, m), right(f, m))
 
-    def _expr_BoolOp(self, e: ir.BoolOp) -> ExprFn:
+    def visit_BoolOp(self, e: ir.BoolOp) -> ExprFn:
         values = [self.expr(v) for v in e.values]
         is_and = e.op == "and"
 
@@ -437,7 +435,7 @@ class FunctionCode:
 
         return ev
 
-    def _expr_Select(self, e: ir.Select) -> ExprFn:
+    def visit_Select(self, e: ir.Select) -> ExprFn:
         cond, if_true, if_false = self.expr(e.cond), self.expr(e.if_true), self.expr(e.if_false)
         dtype = _scalar_type(e.type, e).dtype
 
@@ -454,14 +452,14 @@ class FunctionCode:
 
         return ev
 
-    def _expr_Cast(self, e: ir.Cast) -> ExprFn:
+    def visit_Cast(self, e: ir.Cast) -> ExprFn:
         value = self.expr(e.value)
         dtype = _scalar_type(e.type, e).dtype
         if _scalar_type(e.value.type, e.value).dtype == dtype:
             return value
         return self._converted(value, dtype)
 
-    def _expr_Load(self, e: ir.Load) -> ExprFn:
+    def visit_Load(self, e: ir.Load) -> ExprFn:
         name = e.array.name
         indices = [self.expr(i) for i in e.indices]
         wide = any(_scalar_type(i.type, i).bits == 64 for i in e.indices)
@@ -478,11 +476,11 @@ class FunctionCode:
 
         return ev
 
-    def _expr_ArrayDim(self, e: ir.ArrayDim) -> ExprFn:
+    def visit_ArrayDim(self, e: ir.ArrayDim) -> ExprFn:
         name, axis = e.array.name, e.axis
         return lambda f, m: np.int32(f.vars[name].shape[axis])
 
-    def _expr_Call(self, e: ir.Call) -> ExprFn:
+    def visit_Call(self, e: ir.Call) -> ExprFn:
         args = [self.expr(a) for a in e.args]
         functions, name = self.program.functions, e.func
         if name not in {fn.name for fn in self.program.program.functions}:
@@ -501,7 +499,7 @@ class FunctionCode:
 
         return ev
 
-    def _expr_IntrinsicCall(self, e: ir.IntrinsicCall) -> ExprFn:
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ExprFn:
         spec = intrinsics[e.name]
         if spec.category == "atomic":
             return self._atomic(e, old=True)
