@@ -90,7 +90,7 @@ def time_numpy(job: Callable[[], object], repeat: int) -> float:
 
 
 def relative_error(result: np.ndarray, expected: np.ndarray) -> float:
-    scale = max(float(np.max(np.abs(expected))), np.finfo(np.float32).tiny)
+    scale = max(float(np.max(np.abs(expected))), float(np.finfo(np.float32).tiny))
     return float(np.max(np.abs(result.astype(np.float64) - expected))) / scale
 
 

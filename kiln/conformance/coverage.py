@@ -47,8 +47,8 @@ class Coverage:
         for func in (*program.functions, program.kernel):
             for node in walk(func.body):
                 self.nodes.add(type(node).__name__)
-                if type(node) in OPERATOR_NODES:
-                    self.operators.add((type(node).__name__, node.op))  # type: ignore[attr-defined]
+                if isinstance(node, (ir.BinOp, ir.UnaryOp, ir.Compare, ir.BoolOp)):
+                    self.operators.add((type(node).__name__, node.op))
                 if isinstance(node, ir.IntrinsicCall):
                     self.intrinsics.add(node.name)
 

@@ -124,11 +124,12 @@ def check_argument(kernel_name: str, pname: str, position: int, expected: Type |
     if isinstance(value, DeviceArrayView):
         raise LaunchError(f"{where}: kernels take C-contiguous arrays, and this view cannot "
                           f"be one: {value.launch_problem}; pass view.copy()")
-    if is_aggregate(expected.elem if isinstance(expected, ArrayType) else expected):
-        problem = argument_error(expected, value)  # type: ignore[arg-type]
+    if expected is not None and is_aggregate(
+            expected.elem if isinstance(expected, ArrayType) else expected):
+        problem = argument_error(expected, value)
         if problem is not None:
             raise LaunchError(f"{where}: {problem}")
-        return expected  # type: ignore[return-value]
+        return expected
     actual = type_of_value(value)
     if actual is None:
         raise LaunchError(f"{where}: expected {expected or 'an array or a number'}, "

@@ -42,7 +42,7 @@ def try_plan(kernel: Kernel, grid: Any, block: Any, device: Any, stream: Any,
 
 
 def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
-             arg_types: tuple[Type, ...], dev: Device, call: Callable[..., None],
+             arg_types: tuple[Type, ...], dev: Device, call: Callable[..., None] | None,
              before: tuple[Any, ...], after: tuple[Any, ...], convert: bool = True,
              inline: tuple[dict[str, Any], list[str]] | None = None) -> None:
     """Compile and store the plan for a launch that just passed the full checks.
@@ -52,7 +52,8 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
     target that packs checked Python numbers itself). Launches with NumPy or foreign arrays
     (which need copies or adoption) get no plan. With `inline` (names and statements over
     the arguments `a0, a1, ...`, from a backend's `launch_inline`), the plan runs those
-    statements instead of calling `call`: one function checks, packs and launches.
+    statements instead of calling `call` (None then): one function checks, packs and
+    launches.
     """
     try:
         hash(key)

@@ -292,6 +292,13 @@ class ArrayType(Type):
         assert self.shape is not None
         return int(np.prod(self.shape))
 
+    @property
+    def scalar_elem(self) -> ScalarType:
+        """The element of an array after `lower_aggregates`, which leaves only arrays of
+        scalars: what code generators and the ABI read."""
+        assert isinstance(self.elem, ScalarType), f"{self} reached code generation unlowered"
+        return self.elem
+
 
 @dataclass(frozen=True)
 class ConstexprType(Type):

@@ -34,7 +34,7 @@ from ..ir.types import (
 KILN_TYPE = "__kiln_type__"
 
 
-def kiln_type_of(obj: Any) -> Type | None:
+def kiln_type_of(obj: Any) -> StructType | VariantType | None:
     """The record or variant type a struct class or `Variant` stands for, else None."""
     t = getattr(obj, KILN_TYPE, None)
     return t if isinstance(t, (StructType, VariantType)) else None

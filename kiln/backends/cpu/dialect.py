@@ -166,7 +166,7 @@ class CpuEmitter(CEmitter):
             t = kernel.var_type(name)
             arr = self.thread_arrays[name]
             if isinstance(t, ArrayType):
-                self.line(f"{self.storage_type(t.elem)} {arr}[kiln_nt][{t.size}];")
+                self.line(f"{self.storage_type(t.scalar_elem)} {arr}[kiln_nt][{t.size}];")
             else:
                 self.line(f"{self.ctype(t)} {arr}[kiln_nt];")  # type: ignore[arg-type]
         if self.blocks.exits:
@@ -212,7 +212,7 @@ class CpuEmitter(CEmitter):
         args = [f"&{self.element(array, call.args[1:1 + nidx])}",
                 *(self.expr(a).text for a in call.args[1 + nidx:])]
         kind = call.name.replace("atomic_", "plain_")
-        return CExpr(f"{self.use_helper(kind, array.type.elem)}({', '.join(args)})")
+        return CExpr(f"{self.use_helper(kind, array.type.scalar_elem)}({', '.join(args)})")
 
     @handles(ir.Return, when=lambda e, n: e.in_kernel)
     def kernel_return(self, s: ir.Return) -> None:
@@ -335,7 +335,7 @@ class CpuEmitter(CEmitter):
                 source = (f"{self.thread_arrays[name]}[kiln_t]" if name in self.thread_arrays
                           else self.block_values[name])
                 if isinstance(t, ArrayType):
-                    self.line(f"{self.storage_type(t.elem)} *{self.names[name]} = {source};")
+                    self.line(f"{self.storage_type(t.scalar_elem)} *{self.names[name]} = {source};")
                 else:
                     self.line(f"{self.ctype(t)} {self.names[name]} = {source};")  # type: ignore
             start = loop.setup if isinstance(loop, ir.LockstepLoop) else loop.body

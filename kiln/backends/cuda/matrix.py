@@ -125,7 +125,7 @@ def _load(use: str) -> Any:
         array = call.args[2]
         assert isinstance(array.type, ArrayType)
         frag, at, base, row, col, ld = args
-        if array.type.elem.bits == 32:
+        if array.type.scalar_elem.bits == 32:
             helper = f"kiln_ld_{use}32"
         elif array.type.space is MemorySpace.SHARED:
             helper = f"kiln_ldsm_{use}16"

@@ -68,7 +68,7 @@ def shim() -> Any | None:
 def compiled() -> Any:
     """`kiln_launch` built and loaded (raises OSError or SubprocessError where it fails)."""
     fn = ctypes.CDLL(str(_build())).kiln_launch
-    fn.argtypes = None  # called with a prebuilt ctypes pointer: no conversion at all
+    # `argtypes` stays None: called with a prebuilt ctypes pointer, no conversion at all
     fn.restype = ctypes.c_int
     return fn
 

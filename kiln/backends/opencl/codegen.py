@@ -100,7 +100,7 @@ def _atomic(name: str) -> Callable[[CEmitter, ir.IntrinsicCall, list[str]], str]
     def spell(emitter: CEmitter, call: ir.IntrinsicCall, args: list[str]) -> str:
         array = call.args[0].type
         assert isinstance(array, ArrayType)
-        t = array.elem
+        t = array.scalar_elem
         if t.is_float and name in CAS_OPS:
             helper = emitter.use_helper(f"{name}_{array.space.value}", t)
             return f"{helper}({', '.join(args)})"
@@ -288,5 +288,5 @@ def _is_global(t: Type) -> bool:
 
 def _elem(t: Type) -> ScalarType:
     if isinstance(t, ArrayType):
-        return t.elem
+        return t.scalar_elem
     return t if isinstance(t, ScalarType) else i32

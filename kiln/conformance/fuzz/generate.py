@@ -293,17 +293,18 @@ class Generator:
         t = a.type if a.type.is_float else f32
         if a.literal is not None:
             t = f32
-        fns = {"sqrt(abs": (lambda v: np.sqrt(np.abs(v)), "kiln.sqrt(abs({}))"),
-               "floor": (np.floor, "kiln.floor({})"), "sin": (np.sin, "kiln.sin({})"),
-               "exp2(min": (lambda v: np.exp2(np.fmin(v, t.dtype.type(20))),
-                            "kiln.exp2(min({}, 20.0))"),
-               "abs": (np.abs, "abs({})")}
-        f, template = fns[name]
+        fns: dict[str, tuple[Callable[[Any], Any], str]] = {
+            "sqrt(abs": (lambda v: np.sqrt(np.abs(v)), "kiln.sqrt(abs({}))"),
+            "floor": (np.floor, "kiln.floor({})"), "sin": (np.sin, "kiln.sin({})"),
+            "exp2(min": (lambda v: np.exp2(np.fmin(v, t.dtype.type(20))),
+                         "kiln.exp2(min({}, 20.0))"),
+            "abs": (np.abs, "abs({})")}
+        unary, template = fns[name]
         exact = a.exact and name in ("floor", "abs")
 
         def value(i: int) -> Any:
             with np.errstate(all="ignore"):
-                return t.dtype.type(f(_as(a.value(i), t)))
+                return t.dtype.type(unary(_as(a.value(i), t)))
 
         return Expr(template.format(a.text), t, value, exact=exact)
 

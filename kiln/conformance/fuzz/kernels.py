@@ -74,6 +74,10 @@ def ScalarType_by_name(name: str) -> ScalarType:
     return next(t for t in (*NUMBERS,) if t.name == name)
 
 
+def _column(grid: np.ndarray, col: int) -> Callable[[int], int]:
+    return lambda i: int(grid[i, col])
+
+
 def build(seed: int) -> FuzzKernel:
     rng = random.Random(seed)
     np_rng = np.random.default_rng(seed)
@@ -86,8 +90,7 @@ def build(seed: int) -> FuzzKernel:
     grid = _random_values(np_rng, i32, THREADS * 3).reshape(THREADS, 3)
     inputs["grid"] = grid
     for col in range(3):
-        gen.leaves.append(Expr(f"grid[i, {col}]", i32,
-                               lambda i, c=col: int(grid[i, c])))
+        gen.leaves.append(Expr(f"grid[i, {col}]", i32, _column(grid, col)))
     pairs = np.zeros(THREADS, [("a", np.int32), ("b", np.float32)])
     pairs["a"], pairs["b"] = _random_values(np_rng, i32, THREADS), \
         _random_values(np_rng, f32, THREADS)
