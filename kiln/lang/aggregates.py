@@ -1,4 +1,4 @@
-"""The frontend's records, variants and vectors (a mixin of `FunctionBuilder`).
+"""The frontend's records, variants and vectors.
 
 Records and vectors are built with `Construct`, read with `Field` and written with
 `SetField` (docs/ir-conventions.md); a case value converts to its variant with a `Cast`;
@@ -9,46 +9,31 @@ arithmetic is element-wise: a scalar operand is repeated (a one-value `Construct
 from __future__ import annotations
 
 import ast
-from typing import Any
 
 from ..errors import ArityError, KernelError, KernelTypeError, UnknownNameError, UnsupportedError
 from ..ir import nodes as ir
 from ..ir.types import (
     COMPONENTS,
     ArrayType,
-    FragmentType,
     ScalarType,
     StructType,
-    Type,
     VariantType,
     VectorType,
     bool_,
-    can_convert_implicitly,
     f32,
     i32,
-    is_aggregate,
 )
+from .conversions import cast, convert, element_type, literal_value
+from .part import Part
 from .records import Variant, field_defaults, kiln_type_of, type_from_object
 from .typing_rules import comparison_type, operand_type
 
 BITWISE = ("<<", ">>", "&", "|", "^")
 
 
-class AggregateBuilder:
-    """Records, variants and vectors in kernels; mixed into `FunctionBuilder`."""
-
-    # the FunctionBuilder methods this mixin relies on
-    expr: Any
-    convert: Any
-    cast: Any
-    loc: Any
-    literal_value: Any
-    temp: Any
-    assign_name: Any
-    block: Any
-    resolver: Any
-    binop: Any
-    index: Any
+class Aggregates(Part):
+    """Builds records, variants and vectors: construction, fields, wide loads and stores,
+    element-wise vector arithmetic and `match`."""
 
     # ------------------------------------------------------------ construction
 
@@ -72,11 +57,11 @@ class AggregateBuilder:
         for name, ft in t.fields:
             what = f"field '{name}' of {t}"
             if name in given:
-                value = self.expr(given[name])
-                values.append(self.convert(value, ft, self.loc(given[name]), what=what))
+                value = self.fb.exprs.expr(given[name])
+                values.append(convert(value, ft, self.loc(given[name]), what=what))
             elif name in defaults and isinstance(ft, ScalarType) \
                     and isinstance(defaults[name], (bool, int, float)):
-                values.append(self.cast(ir.Const(ft, defaults[name], loc=loc), ft))
+                values.append(cast(ir.Const(ft, defaults[name], loc=loc), ft))
             else:
                 raise ArityError(f"{t}(...) is missing {what}", loc)
         return ir.Construct(t, values, loc=loc)
@@ -89,7 +74,7 @@ class AggregateBuilder:
         if len(node.args) not in (1, t.n):
             raise ArityError(f"{t} takes {t.n} components or 1 value, got {len(node.args)}",
                              loc)
-        args = [self.expr(a) for a in node.args]
+        args = [self.fb.exprs.expr(a) for a in node.args]
         for a, a_node in zip(args, node.args):
             if isinstance(a.type, VectorType) and len(args) == 1:
                 if a.type.n != t.n:
@@ -98,34 +83,14 @@ class AggregateBuilder:
             if not isinstance(a.type, ScalarType):
                 raise KernelTypeError(f"the components of a {t} are numbers, got {a.type}",
                                       self.loc(a_node))
-        return ir.Construct(t, [self.cast(a, t.elem) for a in args], loc=loc)
+        return ir.Construct(t, [cast(a, t.elem) for a in args], loc=loc)
 
     def variant_call(self, t: VariantType, node: ast.Call) -> ir.Expr:
         """`Shape(Circle(1.0))`: a case value as the variant."""
         loc = self.loc(node)
         if len(node.args) != 1 or node.keywords:
             raise ArityError(f"{t}(...) takes one value of a case of {t}", loc)
-        return self.convert(self.expr(node.args[0]), t, loc, what=f"a {t}")
-
-    def convert_aggregate(self, value: ir.Expr, t: Type, loc: ir.Loc, target: str) -> ir.Expr:
-        """`value` as a `t` (a case as its variant, a vector of a narrower element type as
-        a wider one), or a type error."""
-        src = value.type
-        if src == t:
-            return value
-        if isinstance(t, VariantType) and t.case_index(src) is not None:
-            return ir.Cast(t, value, loc=value.loc or loc)
-        if isinstance(t, VectorType) and isinstance(src, VectorType) and src.n == t.n \
-                and can_convert_implicitly(src.elem, t.elem):
-            return ir.Cast(t, value, loc=value.loc or loc)
-        hint = ""
-        if isinstance(src, StructType) and isinstance(t, StructType):
-            hint = "; a variable holding several cases of a variant needs its annotation " \
-                   "(s: Shape = Circle(...))"
-        elif isinstance(t, VectorType):
-            hint = f"; convert explicitly with {t}(...)"
-        raise KernelTypeError(f"cannot assign a {src} value to {target} of type {t}{hint}",
-                              value.loc or loc)
+        return convert(self.fb.exprs.expr(node.args[0]), t, loc, what=f"a {t}")
 
     # ------------------------------------------------------------ fields
 
@@ -157,7 +122,8 @@ class AggregateBuilder:
         if len(node.args) != 1 or node.keywords:
             raise ArityError(f"{variant.name}.tag(case) takes one case class", loc)
         case = self.resolver.try_resolve(node.args[0])
-        if variant.type.case_index(kiln_type_of(case)) is None:  # type: ignore[arg-type]
+        case_type = kiln_type_of(case)
+        if case_type is None or variant.type.case_index(case_type) is None:
             raise KernelTypeError(f"{variant.name}.tag(...) takes a case of {variant.name} ("
                                   f"{', '.join(c.name for c in variant.type.cases)})",
                                   self.loc(node.args[0]))
@@ -168,12 +134,12 @@ class AggregateBuilder:
         loc = self.loc(node)
         if len(node.args) != 2 or node.keywords:
             raise ArityError("isinstance(value, case) takes two arguments", loc)
-        value = self.expr(node.args[0])
+        value = self.fb.exprs.expr(node.args[0])
         if not isinstance(value.type, VariantType):
             raise UnsupportedError("isinstance() in kernels tests which case a variant value "
                                    f"holds; this value is a {value.type}", loc)
         case = kiln_type_of(self.resolver.try_resolve(node.args[1]))
-        index = value.type.case_index(case) if case is not None else None  # type: ignore[arg-type]
+        index = value.type.case_index(case) if case is not None else None
         if index is None:
             raise KernelTypeError(f"isinstance(..., case) takes a case of {value.type} ("
                                   f"{', '.join(c.name for c in value.type.cases)})",
@@ -183,11 +149,11 @@ class AggregateBuilder:
 
     def place(self, node: ast.expr) -> ir.Expr:
         """An assignable record or vector: a local, an array element, or a field of one."""
-        base = self.expr(node)
+        base = self.fb.exprs.expr(node)
         p = base
         while isinstance(p, ir.Field):
             p = p.value
-        if not (isinstance(p, ir.Load) and p.type == p.array.type.elem  # type: ignore[union-attr]
+        if not (isinstance(p, ir.Load) and p.type == element_type(p.array)
                 or (isinstance(p, ir.Var) and not isinstance(p.type, ArrayType))):
             raise UnsupportedError("can only assign fields of variables and array elements",
                                    self.loc(node))
@@ -200,7 +166,7 @@ class AggregateBuilder:
         """`p.x = value` (also `ps[i].pos.y = value`)."""
         base = self.place(target.value)
         ft = self.field(base, target.attr, target).type
-        converted = self.convert(value, ft, self.loc(target), compound=True,
+        converted = convert(value, ft, self.loc(target), compound=True,
                                  what=f"field '{target.attr}' of {base.type}")
         return ir.SetField(base, target.attr, converted, loc=self.loc(stmt))
 
@@ -208,7 +174,7 @@ class AggregateBuilder:
                      stmt: ast.AST) -> ir.Stmt:
         """`p.x += value`."""
         current = self.field(self.place(target.value), target.attr, target)
-        result = self.binop(op, current, self.expr(value_node), stmt)
+        result = self.fb.exprs.binop(op, current, self.fb.exprs.expr(value_node), stmt)
         return self.assign_field(target, result, stmt, compound=True)
 
     # ------------------------------------------------------------ wide loads and stores
@@ -225,8 +191,7 @@ class AggregateBuilder:
             raise KernelTypeError("the first argument of kiln.load is a vector type such as "
                                   f"f32x4, got '{ast.unparse(node.args[0])}'",
                                   self.loc(node.args[0]))
-        array, indices = self.wide_element("kiln.load", node.args[1], node.args[2:])
-        elem = array.type.elem  # type: ignore[union-attr]
+        array, elem, indices = self.wide_element("kiln.load", node.args[1], node.args[2:])
         if t.elem != elem:
             raise KernelTypeError(f"kiln.load({t}, ...) reads {t.n} {t.elem} elements, but "
                                   f"'{array.name}' holds {elem} (load a {VectorType(elem, t.n)})",
@@ -240,22 +205,23 @@ class AggregateBuilder:
         if node.keywords or len(node.args) < 3:
             raise ArityError("kiln.store(array, index..., vector) takes an array, its indices "
                              f"and a vector, got {len(node.args)} argument(s)", loc)
-        array, indices = self.wide_element("kiln.store", node.args[0], node.args[1:-1])
-        value = self.expr(node.args[-1])
+        array, elem, indices = self.wide_element("kiln.store", node.args[0], node.args[1:-1])
+        value = self.fb.exprs.expr(node.args[-1])
         vt = value.type
         if not isinstance(vt, VectorType):
             raise KernelTypeError(f"kiln.store writes a vector (f32x4, ...), got a {vt}; store "
                                   f"one element with {array.name}[i] = value",
                                   self.loc(node.args[-1]))
-        t = VectorType(array.type.elem, vt.n)  # type: ignore[union-attr, arg-type]
-        converted = self.convert(value, t, self.loc(node.args[-1]), compound=True,
-                                 what=f"{vt.n} elements of '{array.name}'")
+        t = VectorType(elem, vt.n)
+        converted = convert(value, t, self.loc(node.args[-1]), compound=True,
+                                       what=f"{vt.n} elements of '{array.name}'")
         return ir.Store(array, indices, converted, loc=loc)
 
     def wide_element(self, what: str, array_node: ast.expr,
-                     index_nodes: list[ast.expr]) -> tuple[ir.Var, list[ir.Expr]]:
-        """The scalar array and the indices of a wide load or store."""
-        array = self.expr(array_node)
+                     index_nodes: list[ast.expr]
+                     ) -> tuple[ir.Var, ScalarType, list[ir.Expr]]:
+        """The scalar array, its element type and the indices of a wide load or store."""
+        array = self.fb.exprs.expr(array_node)
         t = array.type
         if not isinstance(array, ir.Var) or not isinstance(t, ArrayType):
             raise KernelTypeError(f"{what} needs an array, got {t}", self.loc(array_node))
@@ -265,7 +231,7 @@ class AggregateBuilder:
         if len(index_nodes) != t.ndim:
             raise KernelTypeError(f"'{array.name}' has {t.ndim} dimension(s) but {what} got "
                                   f"{len(index_nodes)} index(es)", self.loc(array_node))
-        return array, [self.index(i) for i in index_nodes]
+        return array, t.elem, [self.fb.exprs.index(i) for i in index_nodes]
 
     # ------------------------------------------------------------ vector arithmetic
 
@@ -273,7 +239,7 @@ class AggregateBuilder:
         """A scalar or vector operand as a `t` (a scalar repeats in every component)."""
         if isinstance(value.type, VectorType):
             return value if value.type == t else ir.Cast(t, value, loc=value.loc)
-        return ir.Construct(t, [self.cast(value, t.elem)], loc=value.loc)
+        return ir.Construct(t, [cast(value, t.elem)], loc=value.loc)
 
     def vector_operands(self, op: str, left: ir.Expr, right: ir.Expr, loc: ir.Loc,
                         compare: bool = False) -> tuple[VectorType, ir.Expr, ir.Expr]:
@@ -294,7 +260,7 @@ class AggregateBuilder:
                 raise KernelTypeError(f"operator {op} needs numbers or vectors, got {t}",
                                       side.loc or loc)
         assert n is not None
-        lv, rv = self.literal_value(left), self.literal_value(right)
+        lv, rv = literal_value(left), literal_value(right)
         if sides[0].is_bool and sides[1].is_bool:
             elem = bool_
         elif compare:
@@ -329,16 +295,16 @@ class AggregateBuilder:
 
     # ------------------------------------------------------------ match
 
-    def stmt_Match(self, node: ast.Match) -> list[ir.Stmt]:
+    def match(self, node: ast.Match) -> list[ir.Stmt]:
         """`match shape: case Circle(r=r): ... case _: ...` on a variant."""
-        subject = self.expr(node.subject)
+        subject = self.fb.exprs.expr(node.subject)
         t = subject.type
         if not isinstance(t, VariantType):
             raise KernelTypeError(f"match takes a variant (kiln.variant) value, got {t}",
                                   self.loc(node.subject))
         out: list[ir.Stmt] = []
         if not isinstance(subject, ir.Var):
-            name = self.temp(t)
+            name = self.scope.temp(t)
             out.append(ir.Assign(name, subject, loc=self.loc(node)))
             subject = ir.Var(t, name, loc=subject.loc)
         arms: list[tuple[int, list[ir.Stmt]]] = []
@@ -350,13 +316,13 @@ class AggregateBuilder:
             pattern = case.pattern
             if isinstance(pattern, ast.MatchAs) and pattern.pattern is None \
                     and pattern.name is None:
-                fallback = self.block(case.body)
+                fallback = self.fb.stmts.block(case.body)
                 continue
             index, bindings = self.case_pattern(t, subject, pattern)
             if index in (i for i, _ in arms):
                 raise KernelError(f"case {t.cases[index].name} is matched twice",
                                   self.loc(pattern))
-            arms.append((index, bindings + self.block(case.body)))
+            arms.append((index, bindings + self.fb.stmts.block(case.body)))
         missing = [c.name for i, c in enumerate(t.cases) if i not in {i for i, _ in arms}]
         if missing and fallback is None:
             raise KernelTypeError(f"match on {t} misses case(s) {', '.join(missing)}: add "
@@ -399,12 +365,9 @@ class AggregateBuilder:
                                        "(`case Circle(r=radius):`)", self.loc(sub))
             if sub.name is None:
                 continue
-            value = ir.Field(record.field_type(field_name), payload, field_name,
-                             loc=self.loc(sub))
-            out.append(self.assign_name(sub.name, value, sub, compound=False))
+            field_type = record.field_type(field_name)
+            assert field_type is not None  # a field of the record: checked above
+            value = ir.Field(field_type, payload, field_name, loc=self.loc(sub))
+            out.append(self.scope.assign_name(sub.name, value, self.loc(sub), compound=False))
         return index, out
 
-
-def is_value_type(t: Type) -> bool:
-    """Scalars, records, variants, vectors and matrix fragments: what variables may hold."""
-    return isinstance(t, (ScalarType, FragmentType)) or is_aggregate(t)

@@ -19,14 +19,14 @@ from ..errors import KernelTypeError, UnknownNameError, UnsupportedError
 from ..ir import nodes as ir
 
 if TYPE_CHECKING:
-    from .frontend import FunctionBuilder
+    from .scope import Scope
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 PYTHON = "python"
 
 
-def build_native(builder: FunctionBuilder, call: ast.Call) -> ir.Native:
-    loc = builder.loc(call)
+def build_native(scope: Scope, call: ast.Call) -> ir.Native:
+    loc = scope.loc(call)
     if call.args or not call.keywords:
         raise UnsupportedError('kiln.native takes keyword arguments only, one per language: '
                                'kiln.native(cuda="...", opencl="...", c="...", python=fn)', loc)
@@ -35,51 +35,51 @@ def build_native(builder: FunctionBuilder, call: ast.Call) -> ir.Native:
     for kw in call.keywords:
         if kw.arg is None:
             raise UnsupportedError("kiln.native takes no **kwargs", loc)
-        value = _static_value(builder, kw.value)
+        value = _static_value(scope, kw.value)
         if kw.arg == PYTHON:
             if not inspect.isfunction(value):
                 raise KernelTypeError("python= needs a module-level function whose "
-                                      "parameters name kernel variables", builder.loc(kw.value))
+                                      "parameters name kernel variables", scope.loc(kw.value))
             mentioned = list(inspect.signature(value).parameters)
         elif isinstance(value, str):
-            value = _substitute_constants(builder, value)
+            value = _substitute_constants(scope, value)
             mentioned = PLACEHOLDER.findall(value)
         else:
             raise KernelTypeError(f"{kw.arg}= needs a string of {kw.arg} source",
-                                  builder.loc(kw.value))
+                                  scope.loc(kw.value))
         code[kw.arg] = value
         names += [n for n in mentioned if n not in names]
-    variables = [_variable(builder, name, loc) for name in names]
+    variables = [_variable(scope, name, loc) for name in names]
     return ir.Native(code, names, variables, loc=loc)
 
 
-def _static_value(builder: FunctionBuilder, node: ast.expr) -> Any:
+def _static_value(scope: Scope, node: ast.expr) -> Any:
     if isinstance(node, ast.Constant):
         return node.value
-    if isinstance(node, (ast.Name, ast.Attribute)) and not builder.is_local(node):
-        return builder.resolver.resolve(node, builder.loc(node))
+    if isinstance(node, (ast.Name, ast.Attribute)) and not scope.is_local(node):
+        return scope.resolver.resolve(node, scope.loc(node))
     raise UnsupportedError("kiln.native's arguments must be string literals, module-level "
-                           "strings or module-level functions", builder.loc(node))
+                           "strings or module-level functions", scope.loc(node))
 
 
-def _substitute_constants(builder: FunctionBuilder, text: str) -> str:
+def _substitute_constants(scope: Scope, text: str) -> str:
     """`{n}` for a compile-time constant (a constexpr parameter) becomes its value."""
 
     def replace(match: re.Match[str]) -> str:
         name = match.group(1)
-        if name in builder.constants:
-            return repr(builder.constants[name])
+        if name in scope.constants:
+            return repr(scope.constants[name])
         return match.group(0)
 
     return PLACEHOLDER.sub(replace, text)
 
 
-def _variable(builder: FunctionBuilder, name: str, loc: ir.Loc) -> ir.Var:
-    t = builder.param_names.get(name) or builder.local_types.get(name)
+def _variable(scope: Scope, name: str, loc: ir.Loc) -> ir.Var:
+    t = scope.type_of(name)
     if t is None:
         raise UnknownNameError(f"kiln.native mentions '{name}', which is not a variable here "
                                f"(declare it first, e.g. `{name}: f32`)", loc)
-    if name not in builder.defined:
+    if name not in scope.defined:
         raise UnknownNameError(f"kiln.native mentions '{name}' before it is assigned "
                                f"(declare it first, e.g. `{name}: {t}`)", loc)
     return ir.Var(t, name, loc=loc)

@@ -20,6 +20,7 @@ from ..errors import KernelTypeError, UnsupportedError
 from ..ir import nodes as ir
 from ..ir.types import ScalarType, Type, f32, i32, u32
 from ..stdio import printing_kernels
+from .conversions import cast
 
 if TYPE_CHECKING:
     from .frontend import FunctionBuilder
@@ -31,14 +32,14 @@ float, bool."""
 
 def build_print(builder: FunctionBuilder, call: ast.Call) -> list[ir.Stmt]:
     """`print(a, "text", b, sep=" ", end="\\n")` as temporaries and one `Native` statement."""
-    loc = builder.loc(call)
+    loc = builder.scope.loc(call)
     sep, end = " ", "\n"
     for kw in call.keywords:
         if kw.arg not in ("sep", "end") or not (isinstance(kw.value, ast.Constant)
                                                  and isinstance(kw.value.value, str)):
             raise UnsupportedError("print in kernels takes sep= and end= (constant strings) "
                                    "and no other keywords (it writes to stdout)",
-                                   builder.loc(kw.value if kw.arg else call))
+                                   builder.scope.loc(kw.value if kw.arg else call))
         if kw.arg == "sep":
             sep = kw.value.value
         else:
@@ -50,14 +51,14 @@ def build_print(builder: FunctionBuilder, call: ast.Call) -> list[ir.Stmt]:
         if i:
             pieces.append(("text", sep))
         if isinstance(arg, ast.Starred):
-            raise UnsupportedError("print takes no *args in kernels", builder.loc(arg))
+            raise UnsupportedError("print takes no *args in kernels", builder.scope.loc(arg))
         if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
             pieces.append(("text", arg.value))
             continue
-        value = builder.expr(arg)
-        kind, t = _kind(value.type, builder.loc(arg))
-        name = builder.temp(t)
-        stmts.append(ir.Assign(name, builder.cast(value, t, value.loc), loc=value.loc))
+        value = builder.exprs.expr(arg)
+        kind, t = _kind(value.type, builder.scope.loc(arg))
+        name = builder.scope.temp(t)
+        stmts.append(ir.Assign(name, cast(value, t, value.loc), loc=value.loc))
         variables.append(ir.Var(t, name, loc=value.loc))
         pieces.append((kind, f"p{len(variables) - 1}"))
     pieces.append(("text", end))

@@ -78,7 +78,7 @@ def struct(cls: type) -> type:
     record = StructType(cls.__name__, tuple(fields), cls)
     setattr(cls, KILN_TYPE, record)
     cls.dtype = record.dtype  # type: ignore[attr-defined]
-    cls.__class_getitem__ = classmethod(lambda c, dims: record[dims])  # type: ignore
+    cls.__class_getitem__ = classmethod(lambda c, dims: record[dims])  # type: ignore[attr-defined]
     return cls
 
 
@@ -88,6 +88,10 @@ def field_defaults(record: StructType) -> dict[str, Any]:
         return {}
     return {f.name: f.default for f in dataclasses.fields(record.pyclass)
             if f.default is not dataclasses.MISSING}
+
+
+CaseClass = type
+"""A `@kiln.struct` class (named so inside `Variant`, whose `type` is its kiln type)."""
 
 
 class Variant:
@@ -126,9 +130,10 @@ class Variant:
     def __repr__(self) -> str:
         return f"<kiln.variant {self.name}: {' | '.join(c.__name__ for c in self.cases)}>"
 
-    def tag(self, case: type) -> int:
+    def tag(self, case: CaseClass) -> int:
         """The tag of a case class."""
-        index = self.type.case_index(kiln_type_of(case))  # type: ignore[arg-type]
+        case_type = kiln_type_of(case)
+        index = self.type.case_index(case_type) if case_type is not None else None
         if index is None:
             raise ValueError(f"{case!r} is not a case of variant {self.name}")
         return index
@@ -161,7 +166,8 @@ def pack(value: Any, t: Type) -> np.ndarray:
         out = np.empty((), t.dtype)
         out[...] = np.asarray(value)
         return out
-    out = np.zeros((), t.dtype)  # type: ignore[attr-defined]
+    assert isinstance(t, (VariantType, StructType)), f"{t} has no host values to pack"
+    out = np.zeros((), t.dtype)
     if isinstance(t, VariantType):
         if isinstance(value, np.void) and value.dtype == t.dtype:
             out[()] = value
@@ -171,10 +177,10 @@ def pack(value: Any, t: Type) -> np.ndarray:
         if index is None:
             names = ", ".join(c.name for c in t.cases)
             raise TypeError(f"a {t} is an instance of one of its cases ({names})")
-        out["tag"] = index
-        out[t.cases[index].name] = _fields(value, t.cases[index])
+        record = out[()]  # the 0-d array's one element: a view whose fields take values
+        record["tag"] = index
+        record[t.cases[index].name] = _fields(value, t.cases[index])
         return out
-    assert isinstance(t, StructType)
     if isinstance(value, np.void):
         if value.dtype != t.dtype:
             raise TypeError(f"a NumPy record of dtype {value.dtype} is not a {t} "
@@ -211,7 +217,7 @@ def argument_error(expected: Type, value: Any) -> str | None:
                   and shape[-1] == elem.n)
             want = f"a {elem.elem.dtype.name} array of shape ({'n, ' * expected.ndim}{elem.n})"
         else:
-            ok = np.dtype(dtype) == elem.dtype and len(shape) == expected.ndim  # type: ignore
+            ok = np.dtype(dtype) == elem.dtype and len(shape) == expected.ndim
             want = f"a {expected.ndim}-d array of dtype {elem}.dtype"
         if not ok:
             return (f"expected {expected} ({want}), got a {np.dtype(dtype)} array of shape "

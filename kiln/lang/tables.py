@@ -32,7 +32,7 @@ MAX_TABLE_BYTES = 32 * 1024
 def table_expr(builder: FunctionBuilder, array: np.ndarray, node: ast.AST, label: str
                ) -> ir.Var:
     """The table variable for `array` (the module-level global `label`)."""
-    loc = builder.loc(node)
+    loc = builder.scope.loc(node)
     elem = SCALAR_BY_DTYPE.get(array.dtype)
     if elem is None or array.dtype == np.bool_:
         raise KernelTypeError(f"module-level array '{label}' holds {array.dtype}: constant "
@@ -53,6 +53,6 @@ def table_expr(builder: FunctionBuilder, array: np.ndarray, node: ast.AST, label
         frozen.flags.writeable = False
         tables[name] = frozen
     t = ArrayType(elem, array.ndim, MemorySpace.CONSTANT, tuple(int(n) for n in array.shape))
-    builder.local_types[name] = t
-    builder.defined.add(name)
+    builder.scope.local_types[name] = t
+    builder.scope.defined.add(name)
     return ir.Var(t, name, loc=loc)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from ..ir.types import ScalarType, bool_, f32, fits, i32, i64, literal_type, promote
 
+Number = int | float | bool
+"""A Python literal's value."""
 
-def adapt_literal(value: int | float | bool, other: ScalarType) -> ScalarType:
+
+def adapt_literal(value: Number, other: ScalarType) -> ScalarType:
     """The type a literal takes beside an operand of type `other`.
 
     An int literal takes the other operand's type (widened to at least i32 for small
@@ -26,18 +29,18 @@ def adapt_literal(value: int | float | bool, other: ScalarType) -> ScalarType:
     return other if other.is_float else f32
 
 
-def operand_type(left: ScalarType, right: ScalarType, left_literal: object,
-                 right_literal: object) -> ScalarType:
+def operand_type(left: ScalarType, right: ScalarType, left_literal: Number | None,
+                 right_literal: Number | None) -> ScalarType:
     """The common type of two operands; a `*_literal` is the Python value or None."""
     if left_literal is not None and right_literal is None:
-        return promote(adapt_literal(left_literal, right), right)  # type: ignore[arg-type]
+        return promote(adapt_literal(left_literal, right), right)
     if right_literal is not None and left_literal is None:
-        return promote(left, adapt_literal(right_literal, left))  # type: ignore[arg-type]
+        return promote(left, adapt_literal(right_literal, left))
     return promote(left, right)
 
 
-def comparison_type(left: ScalarType, right: ScalarType, left_literal: object,
-                    right_literal: object) -> ScalarType:
+def comparison_type(left: ScalarType, right: ScalarType, left_literal: Number | None,
+                    right_literal: Number | None) -> ScalarType:
     """Like `operand_type`, but mixed-signedness integers compare exactly (as in Python), in
     i64, also an unsigned operand beside a negative literal (`u > -1` is true)."""
     if left.is_int and right.is_int and max(left.bits, right.bits) < 64:
@@ -45,7 +48,8 @@ def comparison_type(left: ScalarType, right: ScalarType, left_literal: object,
             return i64
         literal, other = (left_literal, right) if right_literal is None else (right_literal, left)
         one_literal = (left_literal is None) != (right_literal is None)
-        if one_literal and other.kind == "u" and other.bits == 32 and literal < 0:  # type: ignore
+        if one_literal and literal is not None and other.kind == "u" and other.bits == 32 \
+                and literal < 0:
             return i64
     if left.is_bool and right.is_bool:
         return bool_

@@ -1,5 +1,5 @@
 """Views of arrays in kernels: `row = m[i]`, `s = a[lo:hi]`, `r = m[i, :]`, `c = m[:, j]`,
-and chained indexing `m[i][j]` (a mixin of `FunctionBuilder`).
+and chained indexing `m[i][j]`.
 
 A view is resolved when the kernel is compiled, with no new IR: it remembers its array and,
 per axis of the array, either a fixed index or a slice's start and length. Indexing the
@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ..errors import ConstantError, KernelTypeError, UnsupportedError
 from ..ir import nodes as ir
 from ..ir.types import ArrayType, ScalarType, Type, i32
+from .conversions import cast, literal_value
+from .part import Part
 
 
 @dataclass
@@ -67,7 +68,7 @@ class ViewParam(Type):
         return sum(self.kinds)
 
 
-def view_params(name: str, t: ViewParam, loc: ir.Loc | None) -> tuple[list[ir.Param], View]:
+def view_params(name: str, t: ViewParam, loc: ir.Loc) -> tuple[list[ir.Param], View]:
     """The IR parameters of view parameter `name`, and the view they make."""
     array = ir.Param(f"_kv_{name}", t.array)
     params, axes = [array], []
@@ -76,24 +77,11 @@ def view_params(name: str, t: ViewParam, loc: ir.Loc | None) -> tuple[list[ir.Pa
         made = {n: ir.Param(f"_kv_{name}_{n}{k}", i32) for n in names}
         params += made.values()
         axes.append(Axis(**{n: ir.Var(i32, p.name, loc=loc) for n, p in made.items()}))
-    return params, View(ir.Var(t.array, array.name, loc=loc), axes, loc)  # type: ignore[arg-type]
+    return params, View(ir.Var(t.array, array.name, loc=loc), axes, loc)
 
 
-class ViewBuilder:
-    """Views in kernels; mixed into `FunctionBuilder`."""
-
-    # the FunctionBuilder methods this mixin relies on
-    expr: Any
-    index: Any
-    binop: Any
-    cast: Any
-    loc: Any
-    temp: Any
-    literal_value: Any
-    resolver: Any
-    param_names: dict[str, Type]
-    local_types: dict[str, Type]
-    views: dict[str, View]
+class Views(Part):
+    """Builds views: binds them to names, indexes them, passes them to device functions."""
 
     # ------------------------------------------------------------ making views
 
@@ -107,12 +95,12 @@ class ViewBuilder:
 
     def viewed_ndim(self, node: ast.expr) -> int | None:
         """The number of axes of the array or view `node` names (None: not one)."""
-        if isinstance(node, ast.Name) and node.id in self.views:
-            return len(self.views[node.id].sliced)
+        if isinstance(node, ast.Name) and node.id in self.scope.views:
+            return len(self.scope.views[node.id].sliced)
         if isinstance(node, ast.Subscript) and self.is_view_key(node):
             return len(self.view_of(node).sliced)
         if isinstance(node, ast.Name):
-            t = self.param_names.get(node.id) or self.local_types.get(node.id)
+            t = self.scope.param_names.get(node.id) or self.scope.local_types.get(node.id)
             if isinstance(t, ArrayType):
                 return t.ndim
             if t is None:  # a module-level table?
@@ -123,11 +111,11 @@ class ViewBuilder:
 
     def base_view(self, node: ast.expr) -> View:
         """`node` (an array, a view name, or a view expression) as a view of all its axes."""
-        if isinstance(node, ast.Name) and node.id in self.views:
-            return self.views[node.id]
+        if isinstance(node, ast.Name) and node.id in self.scope.views:
+            return self.scope.views[node.id]
         if isinstance(node, ast.Subscript):
             return self.view_of(node)
-        array = self.expr(node)
+        array = self.fb.exprs.expr(node)
         if not isinstance(array, ir.Var) or not isinstance(array.type, ArrayType):
             raise KernelTypeError(f"cannot take a view of a {array.type}", self.loc(node))
         axes = [Axis(start=ir.Const(i32, 0, loc=array.loc),
@@ -153,22 +141,22 @@ class ViewBuilder:
         """One axis of a view indexed by an index or a slice."""
         assert axis.start is not None and axis.length is not None
         if not isinstance(item, ast.Slice):
-            return Axis(index=self.offset(axis.start, self.index(item), item))
+            return Axis(index=self.offset(axis.start, self.fb.exprs.index(item), item))
         if item.step is not None:
             raise UnsupportedError("views take slices without a step (a[lo:hi])",
                                    self.loc(item.step))
-        lo = self.index(item.lower) if item.lower is not None else None
-        hi = self.index(item.upper) if item.upper is not None else None
+        lo = self.fb.exprs.index(item.lower) if item.lower is not None else None
+        hi = self.fb.exprs.index(item.upper) if item.upper is not None else None
         start = axis.start if lo is None else self.offset(axis.start, lo, item)
         if hi is None:
-            length = axis.length if lo is None else self.binop("-", axis.length, lo, item)
+            length = axis.length if lo is None else self.fb.exprs.binop("-", axis.length, lo, item)
         else:
-            length = hi if lo is None else self.binop("-", hi, lo, item)
+            length = hi if lo is None else self.fb.exprs.binop("-", hi, lo, item)
         return Axis(start=start, length=length)
 
     def offset(self, start: ir.Expr, index: ir.Expr, node: ast.AST) -> ir.Expr:
-        value = self.literal_value(start)
-        return index if value == 0 else self.binop("+", start, index, node)
+        value = literal_value(start)
+        return index if value == 0 else self.fb.exprs.binop("+", start, index, node)
 
     # ------------------------------------------------------------ names
 
@@ -176,7 +164,7 @@ class ViewBuilder:
         """`name = m[i]`: the view's indices into temporaries (the same ones when `name`
         is bound again to a view of the same array and kind)."""
         view = self.view_of(node)
-        old = self.views.get(name)
+        old = self.scope.views.get(name)
         if old is not None and (old.array.name != view.array.name
                                 or old.shape_kind != view.shape_kind):
             raise KernelTypeError(f"'{name}' is a view of '{old.array.name}' with "
@@ -193,7 +181,7 @@ class ViewBuilder:
                 target = getattr(old.axes[k], field) if old is not None else None
                 fields[field] = self.hold(value, target, out)
             axes.append(Axis(**fields))
-        self.views[name] = View(view.array, axes, self.loc(stmt))
+        self.scope.views[name] = View(view.array, axes, self.loc(stmt))
         return out
 
     def hold(self, value: ir.Expr, target: ir.Expr | None, out: list[ir.Stmt]) -> ir.Expr:
@@ -201,13 +189,13 @@ class ViewBuilder:
         if target is None and isinstance(value, (ir.Const, ir.ArrayDim)):
             return value  # fixed for the array: nothing to hold
         if isinstance(target, ir.Var):
-            out.append(ir.Assign(target.name, self.cast(value, target.type), loc=value.loc))
+            out.append(ir.Assign(target.name, cast(value, target.type), loc=value.loc))
             return target
         if target is not None:  # held as a constant before: now it varies
             raise ConstantError("a view bound again must keep its constant bounds",
                                 value.loc)
         assert isinstance(value.type, ScalarType)
-        name = self.temp(value.type)
+        name = self.scope.temp(value.type)
         out.append(ir.Assign(name, value, loc=value.loc))
         return ir.Var(value.type, name, loc=value.loc)
 
@@ -221,7 +209,7 @@ class ViewBuilder:
         if len(items) != len(own) or any(isinstance(i, ast.Slice) for i in items):
             raise KernelTypeError(f"a view with {len(own)} axis(es) is indexed with "
                                   f"{len(items)} index(es)", self.loc(node.slice))
-        given = {id(a): self.index(item) for a, item in zip(own, items)}
+        given = {id(a): self.fb.exprs.index(item) for a, item in zip(own, items)}
         indices = []
         for a in view.axes:
             if a.index is not None:
@@ -242,7 +230,7 @@ class ViewBuilder:
         return length
 
     def is_view_name(self, node: ast.expr) -> bool:
-        return isinstance(node, ast.Name) and node.id in self.views
+        return isinstance(node, ast.Name) and node.id in self.scope.views
 
     def names_view(self, node: ast.expr) -> bool:
         """Whether `node` is a view: a view's name, or a subscript that takes one."""
@@ -256,14 +244,15 @@ class ViewBuilder:
         element = ast.copy_location(ast.Subscript(value=arg_nodes[0], slice=key,
                                                   ctx=ast.Load()), arg_nodes[0])
         array, indices = self.view_element(element)
-        return [array, *indices, *(self.expr(a) for a in arg_nodes[1 + count:])]
+        return [array, *indices, *(self.fb.exprs.expr(a) for a in arg_nodes[1 + count:])]
 
     def view_argument(self, node: ast.expr, ptype: Type | None, what: str
                       ) -> tuple[ViewParam, list[ir.Expr]]:
         """A view passed to a device function: its parameter type and the arguments (the
         array, then each axis's index or start and length)."""
         view = self.base_view(node)
-        t = ViewParam(view.array.type, view.shape_kind)  # type: ignore[arg-type]
+        assert isinstance(view.array.type, ArrayType)
+        t = ViewParam(view.array.type, view.shape_kind)
         if ptype is not None and (not isinstance(ptype, ArrayType)
                                   or ptype.elem != t.array.elem or ptype.ndim != t.ndim):
             raise KernelTypeError(f"{what} expects {ptype}, got a view of {t.ndim} axis(es) "
@@ -271,5 +260,5 @@ class ViewBuilder:
         args: list[ir.Expr] = [view.array]
         for axis in view.axes:
             parts = (axis.index,) if axis.index is not None else (axis.start, axis.length)
-            args += [self.cast(p, i32) for p in parts]  # type: ignore[arg-type]
+            args += [cast(p, i32) for p in parts if p is not None]
         return t, args
