@@ -255,7 +255,9 @@ class CEmitter(Visitor[Any]):
         out = []
         for a in function_abi(func):
             if a.kind == "pointer":
-                space = func.params[a.index].type.space  # type: ignore[union-attr]
+                array = func.params[a.index].type
+                assert isinstance(array, ArrayType)
+                space = array.space
                 qual = self.pointer_qualifiers.get(space, "")
                 out.append(f"{qual + ' ' if qual else ''}{self.storage_type(a.type)} "
                            f"*{self.names[a.param]}")
@@ -306,8 +308,10 @@ class CEmitter(Visitor[Any]):
         cname = cname or self.names[name]
         if isinstance(t, ArrayType):
             qual = self.space_qualifiers.get(t.space, "")
+            assert isinstance(t.elem, ScalarType)
             return f"{qual + ' ' if qual else ''}{self.storage_type(t.elem)} {cname}[{t.size}];"
-        return f"{self.ctype(t)} {cname};"  # type: ignore[arg-type]
+        assert isinstance(t, ScalarType)
+        return f"{self.ctype(t)} {cname};"
 
     # ------------------------------------------------------------ types and names
 
@@ -436,7 +440,8 @@ class CEmitter(Visitor[Any]):
 
     def literal(self, value: int | float | bool, t: ScalarType) -> CExpr:
         if t is bf16:
-            return CExpr(f"({self.ctype(t)}){hex(int(t(value).view(np.uint16)))}", UNARY)
+            bits = t.dtype.type(value).view(np.uint16)
+            return CExpr(f"({self.ctype(t)}){hex(int(bits))}", UNARY)
         if t.is_bool:
             return CExpr("true" if value else "false")
         if t.is_float:

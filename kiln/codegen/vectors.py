@@ -125,7 +125,7 @@ def _same(a: ir.Expr | None, b: ir.Expr | None) -> bool:
     return False
 
 
-def _offset(base: ir.Expr | None, offset: int | None, t: Type) -> ir.Expr:
+def _offset(base: ir.Expr | None, offset: int, t: Type) -> ir.Expr:
     if base is None:
         return ir.Const(t, offset)
     return ir.BinOp(t, "+", base, ir.Const(t, offset))

@@ -41,7 +41,9 @@ def function_abi(func: Function) -> list[AbiParam]:
     out: list[AbiParam] = []
     for index, p in enumerate(func.params):
         if isinstance(p.type, ArrayType):
-            out.append(AbiParam(index, p.name, "pointer", p.type.elem))
+            elem = p.type.elem
+            assert isinstance(elem, ScalarType), "records and vectors are lowered before"
+            out.append(AbiParam(index, p.name, "pointer", elem))
             out += [AbiParam(index, p.name, "dim", i32, axis) for axis in range(p.type.ndim)]
         else:
             assert isinstance(p.type, ScalarType), f"parameter {p.name} has type {p.type}"

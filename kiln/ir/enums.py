@@ -191,7 +191,7 @@ def _owner(member: ExtensibleEnum) -> type[ExtensibleEnum]:
 
 def _member(owner: type[ExtensibleEnum], name: str) -> Any:
     """Unpickling: the member, template or Undefined registered as `owner.name`."""
-    return owner.Undefined if name == "Undefined" else owner[name]
+    return owner.Undefined if name == "Undefined" else owner.__class_getitem__(name)
 
 
 def _instantiate(template: EnumTemplate, attributes: Any) -> TemplateMember:

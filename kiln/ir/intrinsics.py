@@ -159,6 +159,7 @@ def _same_numeric(args: Sequence[Type]) -> tuple[list[Type], Type]:
             raise IntrinsicTypeError(f"expected a number, got {a}")
     t = args[0]
     for a in args[1:]:
+        assert isinstance(t, ScalarType) and isinstance(a, ScalarType)
         t = promote(t, a)
     assert isinstance(t, ScalarType)
     if len(args) == 1 and t.is_int and t.bits < 32:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from . import nodes as ir
 from .types import ScalarType
-from .visit import walk
+from .visit import Visitor, walk
 
 Interval = tuple[int, int]
 
@@ -38,10 +38,18 @@ def type_range(t: ScalarType) -> Interval:
     return int(lo), int(hi)
 
 
-class Ranges:
+def _whole(e: ir.Expr) -> Interval:
+    """The range of `e`'s type (0..1 for a bool)."""
+    t = e.type
+    assert isinstance(t, ScalarType)
+    return type_range(t) if not t.is_bool else (0, 1)
+
+
+class Ranges(Visitor[Interval]):
     """Ranges of one function's integer expressions. A local's range is the hull of every
     value assigned to it (a loop variable's: of its start and stop), as long as none of
-    them depends on the local itself through an unknown path."""
+    them depends on the local itself through an unknown path. `visit_<Expr>` gives the
+    bounds of an expression's mathematical value (`exact`)."""
 
     def __init__(self, func: ir.Function) -> None:
         self.sources: dict[str, list[ir.Expr | ir.For]] = {}
@@ -79,28 +87,43 @@ class Ranges:
         t = e.type
         if not isinstance(t, ScalarType) or t.is_float:
             raise TypeError("integer expressions only")
-        whole = type_range(t) if not t.is_bool else (0, 1)
-        if isinstance(e, ir.Const):
-            return int(e.value), int(e.value)
-        if isinstance(e, ir.IntrinsicCall):
-            return _INDEX_RANGES.get(e.name[:-2], whole)
-        if isinstance(e, ir.ArrayDim):
-            return 0, MAX_GLOBAL
-        if isinstance(e, ir.Var):
-            return self.var(e.name, whole)
-        if isinstance(e, ir.Cast) and isinstance(e.value.type, ScalarType) \
-                and not e.value.type.is_float:
-            inner = self.of(e.value)
-            return inner if whole[0] <= inner[0] and inner[1] <= whole[1] else whole
-        if isinstance(e, ir.BinOp):
-            return self.binop(e, whole)
-        if isinstance(e, ir.UnaryOp) and e.op == "-":
-            lo, hi = self.of(e.operand)
-            return -hi, -lo
-        if isinstance(e, ir.Select):
-            a, b = self.of(e.if_true), self.of(e.if_false)
-            return min(a[0], b[0]), max(a[1], b[1])
-        return whole
+        return self.visit(e)
+
+    def generic_visit(self, e: ir.Expr | ir.Stmt) -> Interval:
+        assert isinstance(e, ir.Expr)
+        return _whole(e)
+
+    def visit_Const(self, e: ir.Const) -> Interval:
+        return int(e.value), int(e.value)
+
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> Interval:
+        return _INDEX_RANGES.get(e.name[:-2]) or _whole(e)
+
+    def visit_ArrayDim(self, e: ir.ArrayDim) -> Interval:
+        return 0, MAX_GLOBAL
+
+    def visit_Var(self, e: ir.Var) -> Interval:
+        return self.var(e.name, _whole(e))
+
+    def visit_Cast(self, e: ir.Cast) -> Interval:
+        whole = _whole(e)
+        if not isinstance(e.value.type, ScalarType) or e.value.type.is_float:
+            return whole
+        inner = self.of(e.value)
+        return inner if whole[0] <= inner[0] and inner[1] <= whole[1] else whole
+
+    def visit_BinOp(self, e: ir.BinOp) -> Interval:
+        return self.binop(e, _whole(e))
+
+    def visit_UnaryOp(self, e: ir.UnaryOp) -> Interval:
+        if e.op != "-":
+            return _whole(e)
+        lo, hi = self.of(e.operand)
+        return -hi, -lo
+
+    def visit_Select(self, e: ir.Select) -> Interval:
+        a, b = self.of(e.if_true), self.of(e.if_false)
+        return min(a[0], b[0]), max(a[1], b[1])
 
     def var(self, name: str, whole: Interval) -> Interval:
         if name in self._var_ranges:

@@ -85,7 +85,7 @@ def compactable(stmts: list[ir.Stmt], program: ir.Program) -> bool:
 def worth_compacting(active: Mask, chunk: Chunk) -> bool:
     if not isinstance(active, np.ndarray) or chunk.n < MIN_LANES:
         return False
-    return np.count_nonzero(active) <= COMPACT_FRACTION * chunk.n
+    return bool(np.count_nonzero(active) <= COMPACT_FRACTION * chunk.n)
 
 
 def is_local(value: Any) -> bool:

@@ -312,7 +312,7 @@ class FunctionCode(Visitor[Any]):
         less, greater = ops.comparison("<"), ops.comparison(">")
         add = ops.binary("+", _scalar_type(s.step.type, s.step))
         constant_step = s.step.value if isinstance(s.step, ir.Const) else None
-        key = ("range", id(s))  # the frame slot holding this loop's (stop, step)
+        key = f"\0range{id(s)}"  # the frame slot holding this loop's (stop, step)
 
         def cond(f: Frame, m: Mask) -> Value:
             stop, step = f.vars[key]
@@ -487,9 +487,10 @@ class FunctionCode(Visitor[Any]):
             raise UnsupportedError(f"call of unknown device function {name!r}", e.loc)
         guard = self.program.guards.get(name)
         if guard is not None:  # a recursive function: its depth is counted
+            depth = guard
 
             def recursive(f: Frame, m: Mask) -> Value:
-                with guard:
+                with depth:
                     return functions[name].call(f.chunk, [a(f, m) for a in args], m)
 
             return recursive

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 
 def native_statement(code: FunctionCode, s: ir.Native) -> Callable[[Frame, Mask], Mask]:
-    fn = native_code(s, "python", "the interp backend")
-    assert callable(fn)
+    python = native_code(s, "python", "the interp backend")
+    assert callable(python)
+    fn: Callable[..., object] = python
     params = list(inspect.signature(fn).parameters)
     variables = {name: var for name, var in zip(s.names, s.vars) if name in params}
     assigners = {name: code._assigner(var.name) for name, var in variables.items()
@@ -53,7 +54,9 @@ def native_statement(code: FunctionCode, s: ir.Native) -> Callable[[Frame, Mask]
             if name not in assigners:
                 raise KernelError(f"kiln.native's python function assigned '{name}', which is "
                                   "not one of its scalar parameters", s.loc)
-            dtype = variables[name].type.dtype  # type: ignore[union-attr]
+            scalar = variables[name].type
+            assert isinstance(scalar, ScalarType)
+            dtype = scalar.dtype
             full = np.zeros(n, dtype)
             full[active] = np.broadcast_to(np.asarray(value, dtype), (count,))
             assigners[name](f, full, m)

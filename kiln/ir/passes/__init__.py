@@ -65,6 +65,9 @@ class BackendTraits(Protocol):
     @property
     def supports_recursion(self) -> bool: ...
 
+    @property
+    def intrinsic_namespaces(self) -> tuple[str, ...]: ...
+
 
 class PipelineTarget(Protocol):
     """What `pipeline_for` reads from a device (a `kiln.Device`): the passes know devices

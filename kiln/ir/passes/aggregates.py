@@ -45,7 +45,7 @@ from ..types import (
     i32,
     is_aggregate,
 )
-from ..visit import walk
+from ..visit import Visitor, walk
 from .common import all_functions, clone_program, has_side_effects
 
 
@@ -66,12 +66,12 @@ def leaves(t: Type) -> tuple[Leaf, ...]:
         return tuple(Leaf((c,), t.elem, k * size) for k, c in enumerate(COMPONENTS[: t.n]))
     parts: list[tuple[str, Type]]
     if isinstance(t, StructType):
-        parts = list(t.fields)
+        parts, dtype = list(t.fields), t.dtype
     elif isinstance(t, VariantType):
-        parts = [("tag", i32), *((c.name, c) for c in t.cases)]
+        parts, dtype = [("tag", i32), *((c.name, c) for c in t.cases)], t.dtype
     else:
         raise TypeError(f"{t} has no leaves")
-    fields = t.dtype.fields
+    fields = dtype.fields
     assert fields is not None
     return tuple(Leaf((name, *leaf.path), leaf.type, fields[name][1] + leaf.offset)
                  for name, ft in parts for leaf in leaves(ft))
@@ -158,6 +158,7 @@ class _FunctionLowering:
         self.views: dict[str, dict[ScalarType, ir.Var]] = {}  # aggregate array -> views
         self.pre: list[ir.Stmt] = []
         self.loc: ir.Loc | None = func.loc
+        self.value_parts = _ValueParts(self)
 
     def fresh(self, base: str) -> str:
         name, n = base, 1
@@ -297,10 +298,10 @@ class _FunctionLowering:
             return self.vector_stores(self.write(slots, value, {array.name}), t)
         if not isinstance(t, VariantType):
             return self.write(slots, value, {array.name})
-        if isinstance(value, ir.Cast) and t.case_index(value.value.type) is not None:
-            case = t.cases[t.case_index(value.value.type)]  # type: ignore[index]
-            start, end = field_range(t, case.name)
-            out = [slots[0].write(ir.Const(i32, t.case_index(case)))]
+        known = t.case_index(value.value.type) if isinstance(value, ir.Cast) else None
+        if isinstance(value, ir.Cast) and known is not None:
+            start, end = field_range(t, t.cases[known].name)
+            out = [slots[0].write(ir.Const(i32, known))]
             return out + self.write(slots[start:end], value.value, {array.name})
         values = [v if _trivial(v) else self.temp(v) for v in self.parts(value)]
         out = [slots[0].write(values[0])]
@@ -448,45 +449,7 @@ class _FunctionLowering:
             slots = self.place_slots(root)[0] if isinstance(root, ir.Load) else \
                 self.var_slots(root.name, root.type)  # type: ignore[attr-defined]
             return [slot.read() for slot in slots[start:end]]
-        match e:
-            case ir.Field(value=value, name=name):
-                start, end = field_range(value.type, name)
-                return self.parts(value)[start:end]
-            case ir.Construct(values=[value]) if isinstance(t, VectorType):
-                return [self.shared(self.scalar(value))] * t.n
-            case ir.Construct(values=values):
-                return [p for v in values for p in self.parts(v)]
-            case ir.Cast(value=value) if isinstance(t, VariantType):
-                k = t.case_index(value.type)
-                out: list[ir.Expr] = [ir.Const(i32, k)]
-                for case in t.cases:
-                    out += self.parts(value) if case == value.type else [
-                        _zero(leaf.type) for leaf in leaves(case)]
-                return out
-            case ir.Cast(value=value):
-                assert isinstance(t, VectorType)
-                return [self.cast(p, t.elem) for p in self.parts(value)]
-            case ir.BinOp(op=op, left=left, right=right):
-                return [ir.BinOp(_elem(t), op, a, b, loc=e.loc)
-                        for a, b in zip(self.parts(left), self.parts(right))]
-            case ir.Compare(op=op, left=left, right=right):
-                return [ir.Compare(bool_, op, a, b, loc=e.loc)
-                        for a, b in zip(self.parts(left), self.parts(right))]
-            case ir.UnaryOp(op=op, operand=operand):
-                return [ir.UnaryOp(_elem(t), op, a, loc=e.loc) for a in self.parts(operand)]
-            case ir.IntrinsicCall(name="normalize", args=[v]):
-                comps = [self.shared(c) for c in self.parts(v)]
-                norm = self.shared(self.intrinsic("sqrt", [_sum_of_squares(comps)]))
-                return [ir.BinOp(c.type, "/", c, norm, loc=e.loc) for c in comps]
-            case ir.IntrinsicCall(name="cross", args=[a, b]):
-                (ax, ay, az), (bx, by, bz) = ([self.shared(c) for c in self.parts(v)]
-                                              for v in (a, b))
-                return [_minus(ay, bz, az, by), _minus(az, bx, ax, bz), _minus(ax, by, ay, bx)]
-            case ir.IntrinsicCall(name=name, args=args):  # element-wise math
-                columns = zip(*(self.parts(a) for a in args))
-                return [ir.IntrinsicCall(_elem(t), name, list(col), loc=e.loc)
-                        for col in columns]
-        raise UnsupportedError(f"{type(e).__name__} of type {t} is not supported here", e.loc)
+        return self.value_parts.visit(e)
 
     def load_variant(self, load: ir.Load) -> list[ir.Expr]:
         """A variant read from an array: the tag, then only the active case's fields."""
@@ -592,6 +555,66 @@ class _FunctionLowering:
         self.pre.append(ir.If(test, [*pre_a, ir.Assign(result.name, a, loc=self.loc)],
                               [*pre_b, ir.Assign(result.name, b, loc=self.loc)], loc=self.loc))
         return result
+
+
+
+class _ValueParts(Visitor[list[ir.Expr]]):
+    """The lowered leaves of an aggregate value computed by an operation (`parts` handles
+    values read from variables and memory)."""
+
+    def __init__(self, lowering: _FunctionLowering) -> None:
+        self.lowering = lowering
+        self.parts = lowering.parts
+
+    def visit_Field(self, e: ir.Field) -> list[ir.Expr]:
+        start, end = field_range(e.value.type, e.name)
+        return self.parts(e.value)[start:end]
+
+    def visit_Construct(self, e: ir.Construct) -> list[ir.Expr]:
+        t = e.type
+        if isinstance(t, VectorType) and len(e.values) == 1:
+            return [self.lowering.shared(self.lowering.scalar(e.values[0]))] * t.n
+        return [p for v in e.values for p in self.parts(v)]
+
+    def visit_Cast(self, e: ir.Cast) -> list[ir.Expr]:
+        t, value = e.type, e.value
+        if isinstance(t, VariantType):
+            k = t.case_index(value.type)
+            assert k is not None
+            out: list[ir.Expr] = [ir.Const(i32, k)]
+            for case in t.cases:
+                out += self.parts(value) if case == value.type else [
+                    _zero(leaf.type) for leaf in leaves(case)]
+            return out
+        assert isinstance(t, VectorType)
+        return [self.lowering.cast(p, t.elem) for p in self.parts(value)]
+
+    def visit_BinOp(self, e: ir.BinOp) -> list[ir.Expr]:
+        return [ir.BinOp(_elem(e.type), e.op, a, b, loc=e.loc)
+                for a, b in zip(self.parts(e.left), self.parts(e.right))]
+
+    def visit_Compare(self, e: ir.Compare) -> list[ir.Expr]:
+        return [ir.Compare(bool_, e.op, a, b, loc=e.loc)
+                for a, b in zip(self.parts(e.left), self.parts(e.right))]
+
+    def visit_UnaryOp(self, e: ir.UnaryOp) -> list[ir.Expr]:
+        return [ir.UnaryOp(_elem(e.type), e.op, a, loc=e.loc) for a in self.parts(e.operand)]
+
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> list[ir.Expr]:
+        shared = self.lowering.shared
+        if e.name == "normalize" and len(e.args) == 1:
+            comps = [shared(c) for c in self.parts(e.args[0])]
+            norm = shared(self.lowering.intrinsic("sqrt", [_sum_of_squares(comps)]))
+            return [ir.BinOp(c.type, "/", c, norm, loc=e.loc) for c in comps]
+        if e.name == "cross" and len(e.args) == 2:
+            (ax, ay, az), (bx, by, bz) = ([shared(c) for c in self.parts(v)] for v in e.args)
+            return [_minus(ay, bz, az, by), _minus(az, bx, ax, bz), _minus(ax, by, ay, bx)]
+        columns = zip(*(self.parts(a) for a in e.args))  # element-wise math
+        return [ir.IntrinsicCall(_elem(e.type), e.name, list(col), loc=e.loc) for col in columns]
+
+    def generic_visit(self, e: ir.Expr | ir.Stmt) -> list[ir.Expr]:
+        t = e.type if isinstance(e, ir.Expr) else None
+        raise UnsupportedError(f"{type(e).__name__} of type {t} is not supported here", e.loc)
 
 
 def _groups(stmts: list[ir.Stmt], width: int, loc: ir.Loc | None) -> list[ir.Stmt]:

@@ -62,7 +62,8 @@ class _Checked(Transformer):
         if e.name.startswith("atomic_") and e.args and isinstance(e.args[0], ir.Var) \
                 and isinstance(e.args[0].type, ArrayType) and e.args[0].name != self.status.name:
             array = e.args[0]
-            ndim = array.type.ndim  # type: ignore[union-attr]
+            assert isinstance(array, ir.Var) and isinstance(array.type, ArrayType)
+            ndim = array.type.ndim
             indices = self.checked(array, e.args[1:1 + ndim], "updated", e.loc)
             e.args = [array, *indices, *e.args[1 + ndim:]]
         return e
@@ -127,7 +128,8 @@ def _checker(name: str, t: ScalarType, status: Status) -> ir.Function:
                       ir.Const(i32, -1), ir.Const(i32, 0)))
     words: list[ir.Expr] = [index if t == i32 else ir.Cast(i32, index), high, dim,
                             *(ir.IntrinsicCall(i32, n, []) for n in _THREAD)]
-    report = [ir.Store(array, [ir.Const(i32, k + 1)], w) for k, w in enumerate(words)]
+    report: list[ir.Stmt] = [ir.Store(array, [ir.Const(i32, k + 1)], w)
+                             for k, w in enumerate(words)]
     body: list[ir.Stmt] = [
         ir.If(outside, [ir.If(claimed, report), ir.Return(ir.Const(t, 0))]),
         ir.Return(index)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import typing
 from typing import Any, TypeVar
 
 from .. import nodes as ir
@@ -22,7 +23,7 @@ def clone(node: N) -> N:
     new = copy.copy(node)
     for f in dataclasses.fields(node):
         setattr(new, f.name, clone(getattr(node, f.name)))
-    return new
+    return typing.cast(N, new)
 
 
 def clone_function(func: ir.Function) -> ir.Function:

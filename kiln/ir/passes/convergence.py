@@ -220,9 +220,9 @@ class FunctionVariance:
                 variances = [self.expr(a, control) for a in args]
                 self.calls.append((func, variances))
                 if func in self.summaries.convergent:
-                    inner = self.summaries.reaches[func]
-                    what = f"the call of `{func}` (which reaches {inner.what.split(' (')[0]})"
-                    self.sites.append(Site(e, self.stmt_loc, what, control, inner.scope))
+                    reached = self.summaries.reaches[func]
+                    what = f"the call of `{func}` (which reaches {reached.what.split(' (')[0]})"
+                    self.sites.append(Site(e, self.stmt_loc, what, control, reached.scope))
                 return max([self.summaries.result.get(func, UNIFORM), *variances])
         return max((self.expr(c, control) for c in child_exprs(e)), default=UNIFORM)
 

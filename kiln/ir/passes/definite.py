@@ -16,7 +16,7 @@ from __future__ import annotations
 from ...errors import UnknownNameError
 from .. import nodes as ir
 from ..types import ArrayType
-from ..visit import walk
+from ..visit import Visitor, walk
 from .common import all_functions
 
 _UNREACHABLE: frozenset[str] = frozenset({"\0unreachable"})
@@ -38,68 +38,94 @@ def _join(a: frozenset[str], b: frozenset[str]) -> frozenset[str]:
     return a & b
 
 
-class _Checker:
+class _Checker(Visitor[frozenset[str]]):
+    """`visit_<Stmt>` maps the set of definitely assigned locals before a statement
+    (`self.state`) to the set after it, checking the reads in between."""
+
     def __init__(self, func: ir.Function) -> None:
         self.checked = {name for name, t in func.locals.items() if not isinstance(t, ArrayType)}
         self.breaks: list[list[frozenset[str]]] = []
         self.func = func
+        self.state: frozenset[str] = frozenset()
 
     def body(self, stmts: list[ir.Stmt], state: frozenset[str]) -> frozenset[str]:
         for s in stmts:
             if state is _UNREACHABLE:
                 break
-            state = self.stmt(s, state)
+            self.state = state
+            state = self.visit(s)
         return state
 
-    def stmt(self, s: ir.Stmt, state: frozenset[str]) -> frozenset[str]:
-        if isinstance(s, ir.Assign):
-            self.reads(s.value, state)
-            return state | {s.target}
-        if isinstance(s, ir.If):
-            self.reads(s.cond, state)
-            return _join(self.body(s.then, state), self.body(s.orelse, state))
-        if isinstance(s, ir.While):
-            self.reads(s.cond, state)
-            self.breaks.append([])
-            self.body(s.body, state)
-            exits = self.breaks.pop()
-            forever = isinstance(s.cond, ir.Const) and bool(s.cond.value)
-            after = _UNREACHABLE if forever else state
-            for exit_state in exits:
-                after = _join(after, exit_state)
-            return after
-        if isinstance(s, ir.For):
-            for e in (s.start, s.stop, s.step):
-                self.reads(e, state)
-            self.breaks.append([])
-            self.body(s.body, state | {s.var})
-            self.breaks.pop()
-            return state
-        if isinstance(s, ir.Break):
-            self.breaks[-1].append(state)
-            return _UNREACHABLE
-        if isinstance(s, ir.Continue):
-            return _UNREACHABLE
-        if isinstance(s, ir.Return):
-            if s.value is not None:
-                self.reads(s.value, state)
-            return _UNREACHABLE
-        if isinstance(s, ir.Native):  # hand-written code may assign what it names
-            return state | {v.name for v in s.vars}
-        if isinstance(s, ir.VectorAccess):
-            return self.body(s.body, state)
-        if isinstance(s, ir.SetField):  # writing a part makes the local a value
-            self.reads(s.value, state)
-            place = s.target
-            while isinstance(place, ir.Field):
-                place = place.value
-            if isinstance(place, ir.Var):
-                return state | {place.name}
-            self.reads(place, state)
-            return state
-        for e in _top_expressions(s):
+    def visit_Assign(self, s: ir.Assign) -> frozenset[str]:
+        self.reads(s.value, self.state)
+        return self.state | {s.target}
+
+    def visit_If(self, s: ir.If) -> frozenset[str]:
+        state = self.state
+        self.reads(s.cond, state)
+        return _join(self.body(s.then, state), self.body(s.orelse, state))
+
+    def visit_While(self, s: ir.While) -> frozenset[str]:
+        state = self.state
+        self.reads(s.cond, state)
+        self.breaks.append([])
+        self.body(s.body, state)
+        exits = self.breaks.pop()
+        forever = isinstance(s.cond, ir.Const) and bool(s.cond.value)
+        after = _UNREACHABLE if forever else state
+        for exit_state in exits:
+            after = _join(after, exit_state)
+        return after
+
+    def visit_For(self, s: ir.For) -> frozenset[str]:
+        state = self.state
+        for e in (s.start, s.stop, s.step):
             self.reads(e, state)
+        self.breaks.append([])
+        self.body(s.body, state | {s.var})
+        self.breaks.pop()
         return state
+
+    def visit_Break(self, s: ir.Break) -> frozenset[str]:
+        self.breaks[-1].append(self.state)
+        return _UNREACHABLE
+
+    def visit_Continue(self, s: ir.Continue) -> frozenset[str]:
+        return _UNREACHABLE
+
+    def visit_Return(self, s: ir.Return) -> frozenset[str]:
+        if s.value is not None:
+            self.reads(s.value, self.state)
+        return _UNREACHABLE
+
+    def visit_Native(self, s: ir.Native) -> frozenset[str]:
+        return self.state | {v.name for v in s.vars}  # hand-written code may assign them
+
+    def visit_VectorAccess(self, s: ir.VectorAccess) -> frozenset[str]:
+        return self.body(s.body, self.state)
+
+    def visit_SetField(self, s: ir.SetField) -> frozenset[str]:
+        state = self.state  # writing a part makes the local a value
+        self.reads(s.value, state)
+        place = s.target
+        while isinstance(place, ir.Field):
+            place = place.value
+        if isinstance(place, ir.Var):
+            return state | {place.name}
+        self.reads(place, state)
+        return state
+
+    def visit_Store(self, s: ir.Store) -> frozenset[str]:
+        for e in (s.array, *s.indices, s.value):
+            self.reads(e, self.state)
+        return self.state
+
+    def visit_ExprStmt(self, s: ir.ExprStmt) -> frozenset[str]:
+        self.reads(s.expr, self.state)
+        return self.state
+
+    def generic_visit(self, node: ir.Expr | ir.Stmt) -> frozenset[str]:
+        return self.state
 
     def reads(self, e: ir.Expr, state: frozenset[str]) -> None:
         for n in walk(e):
@@ -124,10 +150,3 @@ class _Checker:
         raise UnknownNameError(f"local variable '{read.name}' may be read before it is assigned: "
                          f"{detail}", read.loc)
 
-
-def _top_expressions(s: ir.Stmt) -> list[ir.Expr]:
-    if isinstance(s, ir.Store):
-        return [s.array, *s.indices, s.value]
-    if isinstance(s, ir.ExprStmt):
-        return [s.expr]
-    return []

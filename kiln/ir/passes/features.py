@@ -27,9 +27,8 @@ def device_feature_check(capabilities: Capabilities) -> Callable[[ir.Program], i
 
 
 def _element(t: Type) -> ScalarType | None:
-    if isinstance(t, ArrayType):
-        return t.elem
-    return t if isinstance(t, ScalarType) else None
+    elem = t.elem if isinstance(t, ArrayType) else t
+    return elem if isinstance(elem, ScalarType) else None
 
 
 def supports_atomic(atomics: frozenset[str], name: str, elem: str) -> bool:

@@ -68,7 +68,7 @@ def python_value(c: ir.Const) -> Number:
     return bool(value) if t.is_bool else int(value)
 
 
-def _finite(value: np.generic) -> float | None:
+def _finite(value: np.generic | np.ndarray) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 

@@ -24,6 +24,7 @@ unrounded), products exact (f16, bf16 and tf32 products fit f32).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from ...errors import KernelTypeError
 from .. import nodes as ir
@@ -203,8 +204,10 @@ class _Lowering(Transformer):
         e = s.expr
         if not (isinstance(e, ir.IntrinsicCall) and intrinsics[e.name].category == "matrix"):
             return s
-        method = getattr(self, f"op_{e.name}")
-        return self.located(method(*e.args, loc=e.loc), s.loc)
+        operation = self.statement_ops.get(e.name)
+        if operation is None:  # a fragment load as a statement: `run` reports it
+            return s
+        return self.located(operation(self, *e.args, loc=e.loc), s.loc)
 
     @staticmethod
     def located(stmts: list[ir.Stmt], loc: ir.Loc | None) -> list[ir.Stmt]:
@@ -345,6 +348,12 @@ class _Lowering(Transformer):
         pending = int(count.value) if isinstance(count, ir.Const) else 0  # else: wait for all
         return [ir.ExprStmt(ir.IntrinsicCall(void, "native_copy_async_wait", [_c(pending)],
                                              loc=loc))]
+
+    statement_ops: ClassVar[dict[str, Callable[..., list[ir.Stmt]]]] = {
+        "mma": op_mma, "mma_store": op_mma_store, "copy_async": op_copy_async,
+        "copy_async_commit": op_copy_async_commit, "copy_async_wait": op_copy_async_wait,
+    }
+    """The matrix intrinsics used as statements, and the method lowering each."""
 
 
 def _flat(array: ir.Var, indices: list[ir.Expr]) -> ir.Expr:

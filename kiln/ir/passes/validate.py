@@ -28,7 +28,7 @@ from ..types import (
     i32,
     i64,
 )
-from ..visit import walk
+from ..visit import Visitor, walk
 from .common import child_blocks, child_exprs
 
 
@@ -66,7 +66,9 @@ def _calling(program: ir.Program, name: str) -> set[str]:
     return found
 
 
-class _Validator:
+class _Validator(Visitor[None]):
+    """Checks one function: `visit_<Node>` holds each node kind's rules."""
+
     def __init__(self, program: ir.Program, func: ir.Function, earlier: set[str]) -> None:
         self.program = program
         self.func = func
@@ -76,6 +78,7 @@ class _Validator:
         self.loc: ir.Loc | None = func.loc
         self.blocks: ir.BlockLoop | None = None  # inside the kernel's block loop
         self.in_threads = False  # inside one of its thread loops
+        self.depth = 0  # loops around the statement being checked
 
     def fail(self, message: str, node: ir.Expr | ir.Stmt | None = None) -> NoReturn:
         loc = (node.loc if node is not None else None) or self.loc
@@ -119,83 +122,104 @@ class _Validator:
             self.stmt(stmt, loop_depth)
 
     def stmt(self, s: ir.Stmt, depth: int) -> None:
-        match s:
-            case ir.Assign(target=target, value=value):
-                t = self.vars.get(target)
-                self.require(t is not None, f"assignment to undeclared `{target}`", s)
-                self.require(not isinstance(t, ArrayType), f"assignment to array `{target}`", s)
-                self.same(self.expr(value), t, f"value assigned to `{target}`", s)
-            case ir.Store(array=array, indices=indices, value=value):
-                elem = self.indexed(array, indices, s)
-                t = self.expr(value)
-                self.same(t, _accessed(t, elem), f"value stored to `{array.name}`", s)
-            case ir.ExprStmt(expr=expr):
-                self.expr(expr)
-            case ir.SetField(target=target, name=name, value=value):
-                self.place(target, s)
-                self.same(self.expr(value), self.field_type(self.expr(target), name, s),
-                          f"value of field `{name}`", s)
-            case ir.If(cond=cond, then=then, orelse=orelse):
-                self.condition(cond, s)
-                self.block(then, depth)
-                self.block(orelse, depth)
-            case ir.While(cond=cond, body=body):
-                self.condition(cond, s)
-                self.block(body, depth + 1)
-            case ir.For():
-                self.for_loop(s, depth)
-            case ir.Break() | ir.Continue():
-                self.require(depth > 0, f"`{type(s).__name__.lower()}` outside a loop", s)
-            case ir.Return(value=value):
-                self.ret(value, s)
-            case ir.BlockLoop() | ir.ThreadLoop() | ir.LockstepLoop() | ir.Induction():
-                self.explicit_loop(s, depth)
-            case ir.VectorAccess(body=body):
-                self.require(len(body) in (2, 4) and all(
-                    isinstance(b, ir.Store) or isinstance(b, ir.Assign)
-                    and isinstance(b.value, ir.Load) for b in body),
-                    "a vector access that is not 2 or 4 loads or stores", s)
-                self.block(body, depth)
-            case _:
-                for e in child_exprs(s):
-                    self.expr(e)
-                for body in child_blocks(s):
-                    self.block(body, depth)
+        """Check `s` at a loop nesting `depth` (its `visit_<Stmt>` reads `self.depth`)."""
+        outer, self.depth = self.depth, depth
+        self.visit(s)
+        self.depth = outer
 
-    def explicit_loop(self, s: ir.Stmt, depth: int) -> None:
-        """The nodes of `lower_thread_loops` (docs/ir-conventions.md)."""
-        if isinstance(s, ir.BlockLoop):
-            self.require(self.func.is_kernel and self.func.body == [s],
-                         "a block loop that is not its kernel's whole body", s)
-            self.declared([*s.thread_vars, *s.block_vars], s)
-            self.blocks = s
-            self.block(s.body, depth)
-        elif isinstance(s, ir.Induction):
-            t = self.func.locals.get(s.var)
-            self.require(isinstance(t, ScalarType) and t.is_int,
-                         f"induction variable `{s.var}` is not an integer local", s)
-            self.same(self.expr(s.init), t, "induction start", s)
-            self.same(self.expr(s.step), t, "induction step", s)
+    def visit_Assign(self, s: ir.Assign) -> None:
+        t = self.vars.get(s.target)
+        self.require(t is not None, f"assignment to undeclared `{s.target}`", s)
+        self.require(not isinstance(t, ArrayType), f"assignment to array `{s.target}`", s)
+        self.same(self.expr(s.value), t, f"value assigned to `{s.target}`", s)
+
+    def visit_Store(self, s: ir.Store) -> None:
+        elem = self.indexed(s.array, s.indices, s)
+        t = self.expr(s.value)
+        self.same(t, _accessed(t, elem), f"value stored to `{s.array.name}`", s)
+
+    def visit_SetField(self, s: ir.SetField) -> None:
+        self.place(s.target, s)
+        self.same(self.expr(s.value), self.field_type(self.expr(s.target), s.name, s),
+                  f"value of field `{s.name}`", s)
+
+    def visit_If(self, s: ir.If) -> None:
+        self.condition(s.cond, s)
+        self.block(s.then, self.depth)
+        self.block(s.orelse, self.depth)
+
+    def visit_While(self, s: ir.While) -> None:
+        self.condition(s.cond, s)
+        self.block(s.body, self.depth + 1)
+
+    def visit_Break(self, s: ir.Break | ir.Continue) -> None:
+        self.require(self.depth > 0, f"`{type(s).__name__.lower()}` outside a loop", s)
+
+    visit_Continue = visit_Break
+
+    def visit_Return(self, s: ir.Return) -> None:
+        rt = self.func.return_type
+        if s.value is None:
+            self.require(isinstance(rt, VoidType), "`return` without a value", s)
         else:
-            assert isinstance(s, (ir.ThreadLoop, ir.LockstepLoop))
-            self.require(self.blocks is not None and not self.in_threads,
-                         "a thread loop outside a block loop, or inside another", s)
-            assert self.blocks is not None
-            self.declared(s.private, s)
-            outer = {*self.blocks.thread_vars, *self.blocks.block_vars}
-            self.require(set(s.loads) <= outer and set(s.stores) <= set(s.loads),
-                         "a thread loop loads or stores what is not thread or block storage",
+            self.require(not isinstance(rt, VoidType), "`return` with a value in a void function",
                          s)
-            self.require(not any(isinstance(n, ir.IntrinsicCall) and intrinsics[n.name].convergent
-                                 for n in walk(s)), "a barrier inside a thread loop", s)
-            self.in_threads = True
-            if isinstance(s, ir.LockstepLoop):
-                self.block(s.setup, depth)
-                for induction in s.inductions:
-                    self.stmt(induction, depth)
-                self.condition(s.cond, s)
-            self.block(s.body, depth + isinstance(s, ir.LockstepLoop))
-            self.in_threads = False
+            self.same(self.expr(s.value), rt, "returned value", s)
+
+    def visit_VectorAccess(self, s: ir.VectorAccess) -> None:
+        self.require(len(s.body) in (2, 4) and all(
+            isinstance(b, ir.Store) or isinstance(b, ir.Assign) and isinstance(b.value, ir.Load)
+            for b in s.body), "a vector access that is not 2 or 4 loads or stores", s)
+        self.block(s.body, self.depth)
+
+    def generic_visit(self, node: ir.Expr | ir.Stmt) -> None:
+        """Expressions and statements without rules of their own: their parts are checked
+        (ExprStmt; kinds a later lowering adds)."""
+        for e in child_exprs(node):
+            self.expr(e)
+        if isinstance(node, ir.Stmt):
+            for body in child_blocks(node):
+                self.block(body, self.depth)
+
+    # ------------------------------------------------------------ explicit block and thread loops
+
+    def visit_BlockLoop(self, s: ir.BlockLoop) -> None:
+        """The nodes of `lower_thread_loops` (docs/ir-conventions.md)."""
+        self.require(self.func.is_kernel and self.func.body == [s],
+                     "a block loop that is not its kernel's whole body", s)
+        self.declared([*s.thread_vars, *s.block_vars], s)
+        self.blocks = s
+        self.block(s.body, self.depth)
+
+    def visit_Induction(self, s: ir.Induction) -> None:
+        t = self.func.locals.get(s.var)
+        self.require(isinstance(t, ScalarType) and t.is_int,
+                     f"induction variable `{s.var}` is not an integer local", s)
+        self.same(self.expr(s.init), t, "induction start", s)
+        self.same(self.expr(s.step), t, "induction step", s)
+
+    def visit_ThreadLoop(self, s: ir.ThreadLoop | ir.LockstepLoop) -> None:
+        self.require(self.blocks is not None and not self.in_threads,
+                     "a thread loop outside a block loop, or inside another", s)
+        assert self.blocks is not None
+        self.declared(s.private, s)
+        outer = {*self.blocks.thread_vars, *self.blocks.block_vars}
+        self.require(set(s.loads) <= outer and set(s.stores) <= set(s.loads),
+                     "a thread loop loads or stores what is not thread or block storage", s)
+        self.require(not any(isinstance(n, ir.IntrinsicCall) and intrinsics[n.name].convergent
+                             for n in walk(s)), "a barrier inside a thread loop", s)
+        self.in_threads = True
+        depth = self.depth
+        if isinstance(s, ir.LockstepLoop):
+            self.block(s.setup, depth)
+            for induction in s.inductions:
+                self.stmt(induction, depth)
+            self.condition(s.cond, s)
+            depth += 1
+        self.block(s.body, depth)
+        self.in_threads = False
+
+    visit_LockstepLoop = visit_ThreadLoop
 
     def declared(self, names: list[str], s: ir.Stmt) -> None:
         unknown = [n for n in names if n not in self.vars]
@@ -204,7 +228,7 @@ class _Validator:
     def condition(self, cond: ir.Expr, s: ir.Stmt) -> None:
         self.same(self.expr(cond), bool_, "condition", s)
 
-    def for_loop(self, s: ir.For, depth: int) -> None:
+    def visit_For(self, s: ir.For) -> None:
         t = self.func.locals.get(s.var)
         self.require(isinstance(t, ScalarType) and t.is_int,
                      f"loop variable `{s.var}` is not an integer local", s)
@@ -220,20 +244,12 @@ class _Validator:
             if isinstance(node, ir.Assign):
                 self.require(node.target not in fixed,
                              f"loop body assigns `{node.target}`, which the loop fixes", node)
-        self.block(s.body, depth + 1)
-
-    def ret(self, value: ir.Expr | None, s: ir.Stmt) -> None:
-        rt = self.func.return_type
-        if value is None:
-            self.require(isinstance(rt, VoidType), "`return` without a value", s)
-        else:
-            self.require(not isinstance(rt, VoidType), "`return` with a value in a void function",
-                         s)
-            self.same(self.expr(value), rt, "returned value", s)
+        self.block(s.body, self.depth + 1)
 
     # ------------------------------------------------------------ expressions
 
-    def same(self, actual: Type, expected: Type | None, what: str, node: ir.Expr | ir.Stmt):
+    def same(self, actual: Type, expected: Type | None, what: str,
+             node: ir.Expr | ir.Stmt) -> None:
         self.require(actual == expected, f"{what} has type {actual}, expected {expected}", node)
 
     def scalar(self, t: Type, what: str, node: ir.Expr) -> ScalarType:
@@ -242,73 +258,73 @@ class _Validator:
         return t
 
     def expr(self, e: ir.Expr) -> Type:
-        """Check `e` and return its type."""
-        match e:
-            case ir.Const(value=value):
-                t = self.scalar(e.type, "constant", e)
-                self.require(isinstance(value, (bool, int, float)) or hasattr(value, "item"),
-                             f"constant {value!r} is not a number", e)
-                self.require(not t.is_int or not isinstance(value, (float, np.floating)),
-                             f"{t} constant {value!r} is not an integer", e)
-            case ir.Var(name=name):
-                declared = self.vars.get(name)
-                self.require(declared is not None, f"unknown variable `{name}`", e)
-                self.same(e.type, declared, f"variable `{name}`", e)
-            case ir.BinOp(op=op, left=left, right=right):
-                left_type, rt = self.expr(left), self.expr(right)
-                lt = self.scalar(_element(left_type), "operand", e)
-                self.require(op in BINOPS, f"unknown operator {op!r}", e)
-                if op in SHIFTS and isinstance(left_type, ScalarType):
-                    rs = self.scalar(rt, "shift count", e)
-                    self.require(lt.is_int and rs.is_int, f"shift of {lt} by {rs}", e)
-                else:
-                    self.same(rt, left_type, f"right operand of {op!r}", e)
-                self.require(op != "/" or lt.is_float, f"'/' on {lt}", e)
-                self.same(e.type, left_type, f"result of {op!r}", e)
-            case ir.Compare(op=op, left=left, right=right):
-                self.require(op in COMPARES, f"unknown comparison {op!r}", e)
-                lt = self.expr(left)
-                self.same(self.expr(right), lt, f"right operand of {op!r}", e)
-                expected = VectorType(bool_, lt.n) if isinstance(lt, VectorType) else bool_
-                self.same(e.type, expected, "comparison", e)
-            case ir.UnaryOp(op=op, operand=operand):
-                self.require(op in UNARY, f"unknown unary operator {op!r}", e)
-                t = self.expr(operand)
-                if op == "not":
-                    self.same(_element(t), bool_, "operand of `not`", e)
-                self.same(e.type, t, f"result of {op!r}", e)
-            case ir.BoolOp(values=values):
-                self.require(len(values) >= 2, f"`{e.op}` of {len(values)} value(s)", e)
-                for v in values:
-                    self.same(self.expr(v), bool_, f"operand of `{e.op}`", e)
-                self.same(e.type, bool_, f"result of `{e.op}`", e)
-            case ir.Select(cond=cond, if_true=if_true, if_false=if_false):
-                self.same(self.expr(cond), bool_, "condition", e)
-                self.same(self.expr(if_true), e.type, "first branch", e)
-                self.same(self.expr(if_false), e.type, "second branch", e)
-            case ir.Cast(value=value):
-                self.cast(self.expr(value), e)
-            case ir.Construct(values=values):
-                self.construct(e, [self.expr(v) for v in values])
-            case ir.Field(value=value, name=name):
-                self.same(e.type, self.field_type(self.expr(value), name, e), f"field `{name}`",
-                          e)
-            case ir.Load(array=array, indices=indices):
-                elem = self.indexed(array, indices, e)
-                self.same(e.type, _accessed(e.type, elem), f"load from `{array.name}`", e)
-            case ir.ArrayDim(array=array, axis=axis):
-                t = self.expr(array)
-                self.require(isinstance(t, ArrayType) and 0 <= axis < t.ndim,
-                             f"shape[{axis}] of `{array.name}` ({t})", e)
-                self.same(e.type, i32, "array dimension", e)
-            case ir.Call():
-                self.call(e)
-            case ir.IntrinsicCall():
-                self.intrinsic(e)
-            case _:
-                for child in child_exprs(e):
-                    self.expr(child)
+        """Check `e` (its `visit_<Expr>`) and return its type."""
+        self.visit(e)
         return e.type
+
+    def visit_Const(self, e: ir.Const) -> None:
+        value = e.value
+        t = self.scalar(e.type, "constant", e)
+        self.require(isinstance(value, (bool, int, float)) or hasattr(value, "item"),
+                     f"constant {value!r} is not a number", e)
+        self.require(not t.is_int or not isinstance(value, (float, np.floating)),
+                     f"{t} constant {value!r} is not an integer", e)
+
+    def visit_Var(self, e: ir.Var) -> None:
+        declared = self.vars.get(e.name)
+        self.require(declared is not None, f"unknown variable `{e.name}`", e)
+        self.same(e.type, declared, f"variable `{e.name}`", e)
+
+    def visit_BinOp(self, e: ir.BinOp) -> None:
+        op = e.op
+        left_type, rt = self.expr(e.left), self.expr(e.right)
+        lt = self.scalar(_element(left_type), "operand", e)
+        self.require(op in BINOPS, f"unknown operator {op!r}", e)
+        if op in SHIFTS and isinstance(left_type, ScalarType):
+            rs = self.scalar(rt, "shift count", e)
+            self.require(lt.is_int and rs.is_int, f"shift of {lt} by {rs}", e)
+        else:
+            self.same(rt, left_type, f"right operand of {op!r}", e)
+        self.require(op != "/" or lt.is_float, f"'/' on {lt}", e)
+        self.same(e.type, left_type, f"result of {op!r}", e)
+
+    def visit_Compare(self, e: ir.Compare) -> None:
+        self.require(e.op in COMPARES, f"unknown comparison {e.op!r}", e)
+        lt = self.expr(e.left)
+        self.same(self.expr(e.right), lt, f"right operand of {e.op!r}", e)
+        expected = VectorType(bool_, lt.n) if isinstance(lt, VectorType) else bool_
+        self.same(e.type, expected, "comparison", e)
+
+    def visit_UnaryOp(self, e: ir.UnaryOp) -> None:
+        self.require(e.op in UNARY, f"unknown unary operator {e.op!r}", e)
+        t = self.expr(e.operand)
+        if e.op == "not":
+            self.same(_element(t), bool_, "operand of `not`", e)
+        self.same(e.type, t, f"result of {e.op!r}", e)
+
+    def visit_BoolOp(self, e: ir.BoolOp) -> None:
+        self.require(len(e.values) >= 2, f"`{e.op}` of {len(e.values)} value(s)", e)
+        for v in e.values:
+            self.same(self.expr(v), bool_, f"operand of `{e.op}`", e)
+        self.same(e.type, bool_, f"result of `{e.op}`", e)
+
+    def visit_Select(self, e: ir.Select) -> None:
+        self.same(self.expr(e.cond), bool_, "condition", e)
+        self.same(self.expr(e.if_true), e.type, "first branch", e)
+        self.same(self.expr(e.if_false), e.type, "second branch", e)
+
+    def visit_Field(self, e: ir.Field) -> None:
+        self.same(e.type, self.field_type(self.expr(e.value), e.name, e), f"field `{e.name}`", e)
+
+    def visit_Load(self, e: ir.Load) -> None:
+        elem = self.indexed(e.array, e.indices, e)
+        self.same(e.type, _accessed(e.type, elem), f"load from `{e.array.name}`", e)
+
+    def visit_ArrayDim(self, e: ir.ArrayDim) -> None:
+        t = self.expr(e.array)
+        self.require(isinstance(t, ArrayType) and 0 <= e.axis < t.ndim,
+                     f"shape[{e.axis}] of `{e.array.name}` ({t})", e)
+        self.same(e.type, i32, "array dimension", e)
 
     def indexed(self, array: ir.Var, indices: list[ir.Expr], node: ir.Expr | ir.Stmt) -> Type:
         t = self.expr(array)
@@ -321,7 +337,7 @@ class _Validator:
             self.require(it in INDEX_TYPES, f"index of `{array.name}` has type {it}", node)
         return t.elem
 
-    def call(self, e: ir.Call) -> None:
+    def visit_Call(self, e: ir.Call) -> None:
         self.require(e.func in self.callable, f"call of `{e.func}`, not defined before", e)
         callee = self.func if e.func == self.func.name else self.program.function(e.func)
         self.require(len(e.args) == len(callee.params),
@@ -332,7 +348,7 @@ class _Validator:
                          f"array argument `{param.name}` of `{e.func}` is not a variable", e)
         self.same(e.type, callee.return_type, f"result of `{e.func}`", e)
 
-    def intrinsic(self, e: ir.IntrinsicCall) -> None:
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> None:
         self.require(e.name in intrinsics, f"unknown intrinsic `{e.name}`", e)
         self.require(self.blocks is None or self.in_threads or not e.name.startswith("thread_"),
                      f"{e.name} at block level", e)
@@ -355,9 +371,11 @@ class _Validator:
             self.require(name in COMPONENTS[: t.n], f"{t} has no component `{name}`", node)
             return t.elem
         self.require(isinstance(t, (StructType, VariantType)), f"field `{name}` of a {t}", node)
-        ft = t.field_type(name)  # type: ignore[union-attr]
+        assert isinstance(t, (StructType, VariantType))
+        ft = t.field_type(name)
         self.require(ft is not None, f"{t} has no field `{name}`", node)
-        return ft  # type: ignore[return-value]
+        assert ft is not None
+        return ft
 
     def place(self, target: ir.Expr, node: ir.Stmt) -> None:
         root = target
@@ -367,8 +385,8 @@ class _Validator:
             root.type, ArrayType)), "field assignment to something other than a variable or "
             "an array element", node)
 
-    def cast(self, src: Type, e: ir.Cast) -> None:
-        t = e.type
+    def visit_Cast(self, e: ir.Cast) -> None:
+        src, t = self.expr(e.value), e.type
         if isinstance(t, VectorType):
             self.require(isinstance(src, VectorType) and src.n == t.n,
                          f"cast of {src} to {t}", e)
@@ -378,8 +396,8 @@ class _Validator:
             self.scalar(src, "cast operand", e)
             self.scalar(t, "cast", e)
 
-    def construct(self, e: ir.Construct, values: list[Type]) -> None:
-        t = e.type
+    def visit_Construct(self, e: ir.Construct) -> None:
+        t, values = e.type, [self.expr(v) for v in e.values]
         if isinstance(t, VectorType):
             self.require(len(values) in (1, t.n), f"{t} from {len(values)} value(s)", e)
             for v in values:
