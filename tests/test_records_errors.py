@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_kernel_error
+from conftest import assert_kernel_error, marked_line
 
 import kiln
 from kiln import f32, f32x2, f32x3, f32x4, i32, i32x4
@@ -211,6 +211,26 @@ def returns_record(out: f32[:]):
     out[0] = make_point(1.0).x
 
 
+@kiln.kernel
+def vector_name_as_loop_variable(out: f32[:]):
+    v = f32x2(1.0, 2.0)
+    out[0] = v.x
+    for v in range(3):  # error
+        out[v] = 1.0
+
+
+@kiln.func
+def vector_then_number(x: f32):
+    if x > 0.0:
+        return f32x2(x, x)
+    return 1.0  # error
+
+
+@kiln.kernel
+def returns_vector_then_number(out: f32[:]):
+    out[0] = vector_then_number(out[0]).x
+
+
 KERNEL_ERRORS = [
     (unknown_field, kiln.UnknownNameError, "Point has no field 'z' (fields: x, y)"),
     (too_many_fields, kiln.ArityError, "Point has 2 field(s)"),
@@ -239,6 +259,8 @@ KERNEL_ERRORS = [
     (field_of_number, kiln.KernelTypeError, "a f32 has no fields"),
     (assign_field_of_temporary, kiln.UnsupportedError, "fields of variables and array"),
     (atomic_on_records, kiln.KernelTypeError, "atomic_add on Point arrays"),
+    (vector_name_as_loop_variable, kiln.KernelTypeError,
+     "'v' is a f32x2 variable, cannot loop over i32 values"),
 ]
 
 
@@ -246,6 +268,12 @@ KERNEL_ERRORS = [
                          ids=[k.name for k, _, _ in KERNEL_ERRORS])
 def test_kernel_error(kernel: kiln.Kernel, cls: type, fragment: str) -> None:
     assert_kernel_error(kernel, cls, fragment)
+
+
+def test_a_device_function_returning_a_vector_then_a_number() -> None:
+    with pytest.raises(kiln.KernelTypeError, match="here but f32x2 elsewhere") as info:
+        returns_vector_then_number.ir()
+    assert info.value.line == marked_line(vector_then_number)
 
 
 def test_device_functions_return_records(interp: kiln.Device) -> None:

@@ -43,9 +43,10 @@ class Returns(Part):
                                             what=f"the return value of {scope.name}"), loc=loc)]
         if not isinstance(value.type, ScalarType):
             return [self.aggregate_return(value, node.value, loc)]
-        return [ir.Return(cast(value, self.inferred_return(value.type, loc)), loc=loc)]
+        return [ir.Return(cast(value, self.inferred_return(value.type, node, node.value)),
+                          loc=loc)]
 
-    def inferred_return(self, t: ScalarType, loc: ir.Loc) -> ScalarType:
+    def inferred_return(self, t: ScalarType, node: ast.Return, value: ast.expr) -> ScalarType:
         """The return type with a return of a `t` (`Retry` when it widened)."""
         scope = self.scope
         current = scope.return_type
@@ -53,9 +54,9 @@ class Returns(Part):
             scope.return_type = t
             return t
         if current == void:
-            raise KernelTypeError(f"{scope.name} returns no value elsewhere", loc)
-        if not isinstance(current, ScalarType):
-            raise self.mismatch(t, current, loc)
+            raise KernelTypeError(f"{scope.name} returns no value elsewhere", self.loc(node))
+        if not isinstance(current, ScalarType):  # a vector, record or tuple elsewhere
+            raise self.mismatch(t, current, self.loc(value))
         wider = unify(current, t)
         if wider != current:
             scope.return_type = wider
