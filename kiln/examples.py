@@ -251,7 +251,7 @@ def make_matmul_mma(elem: kiln.ScalarType, bm: int = 128, bn: int = 128, bk: int
     fragment_a, fragment_b = kiln.fragment_a(elem), kiln.fragment_b(elem)
 
     @kiln.kernel
-    def matmul_mma(a: elem[:, :], b: elem[:, :], c):  # type: ignore[valid-type]
+    def matmul_mma(a: elem[:, :], b: elem[:, :], c):
         sa = kiln.shared(elem, (stages * bm, bk + vec))  # rows padded by 16 bytes (banks)
         sb = kiln.shared(elem, (stages * bk, bn + vec))
         fa = kiln.local(fragment_a, 2 * mt)  # two sets: this k step's and the next's

@@ -200,7 +200,7 @@ def records(device: kiln.Device) -> None:
     """Records: arrays of nested records with vector fields, copies, record arguments"""
     n = 300
     g = rng(40)
-    ps = np.zeros(n, Particle.dtype)
+    ps: np.ndarray = np.zeros(n, Particle.dtype)
     ps["pos"]["x"], ps["pos"]["y"] = g.uniform(-1, 1, n), g.uniform(0, 1, n)
     ps["vel"] = g.uniform(-1, 1, (n, 2))
     ps["mass"] = g.uniform(1, 2, n)
@@ -231,13 +231,13 @@ def record_layout(device: kiln.Device) -> None:
     """Records: C layout with padding (u8, f64, i32, f32x3 fields) round-trips"""
     n = 100
     g = rng(41)
-    src = np.zeros(n, Mixed.dtype)
+    src: np.ndarray = np.zeros(n, Mixed.dtype)
     src["flag"] = g.integers(0, 200, n)
     src["wide"] = g.uniform(-1e10, 1e10, n)
     src["small"] = g.integers(0, 5, n)
     src["count"] = g.integers(-1000, 1000, n)
     src["dir"] = g.uniform(-1, 1, (n, 3))
-    dst = np.zeros(n, Mixed.dtype)
+    dst: np.ndarray = np.zeros(n, Mixed.dtype)
     run(device, copy_mixed, blocks(n, BLOCK), BLOCK, src, dst, n)
     assert_equal(dst["flag"], src["flag"] + 1, "u8 field")
     assert_equal(dst["wide"], src["wide"] * 2, "f64 field")

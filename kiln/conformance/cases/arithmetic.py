@@ -67,7 +67,8 @@ def math_functions(x, y, z, w, out, n: i32):
 
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
-MATH_REFERENCE: tuple[tuple[str, Callable[..., np.ndarray]], ...] = (
+Reference = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+MATH_REFERENCE: tuple[tuple[str, Reference], ...] = (
     ("sqrt", lambda a, b, h, s: np.sqrt(a)),
     ("rsqrt", lambda a, b, h, s: 1 / np.sqrt(a)),
     ("exp", lambda a, b, h, s: np.exp(b)),
@@ -106,7 +107,7 @@ MATH_REFERENCE: tuple[tuple[str, Callable[..., np.ndarray]], ...] = (
 )
 
 
-def _math_inputs(dtype: type) -> tuple[np.ndarray, ...]:
+def _math_inputs(dtype: type[np.floating]) -> tuple[np.ndarray, ...]:
     r = rng(10)
     x = r.uniform(0.05, 0.95, N).astype(dtype)
     y = r.uniform(-2, 2, N).astype(dtype)
@@ -116,7 +117,7 @@ def _math_inputs(dtype: type) -> tuple[np.ndarray, ...]:
     return x, y, z, w
 
 
-def _check_math(device: kiln.Device, dtype: type, rtol: float, atol: float) -> None:
+def _check_math(device: kiln.Device, dtype: type[np.floating], rtol: float, atol: float) -> None:
     x, y, z, w = _math_inputs(dtype)
     out = np.zeros((len(MATH_REFERENCE), N), dtype)
     run(device, math_functions, blocks(N, BLOCK), BLOCK, x, y, z, w, out, N)
@@ -193,7 +194,7 @@ def _integer_inputs(t: kiln.ScalarType) -> tuple[np.ndarray, np.ndarray, np.ndar
         a = np.concatenate([r.integers(-20, 20, half), r.integers(-big, big, half)])
         b = np.concatenate([r.integers(-6, 6, half), r.integers(-big, big, half)])
     else:  # unsigned arithmetic wraps: use the whole range
-        top = t.range()[1]
+        top = int(t.range()[1])
         a = np.concatenate([r.integers(0, 40, half, np.uint64), r.integers(0, top, half,
                                                                            np.uint64)])
         b = np.concatenate([r.integers(0, 6, half, np.uint64), r.integers(0, top, half,
@@ -289,7 +290,7 @@ def float_ops(a, b, out, n: i32):
             + 32 * (p != q)
 
 
-def _check_floats(device: kiln.Device, dtype: type, rtol: float, atol: float) -> None:
+def _check_floats(device: kiln.Device, dtype: type[np.floating], rtol: float, atol: float) -> None:
     r = rng(12)
     b = r.uniform(0.5, 4, N) * r.choice([-1, 1], N)
     quotient = r.integers(-5, 5, N) + r.uniform(0.2, 0.8, N)  # never near an integer
@@ -396,7 +397,7 @@ def element_types(a, b, k, out, biggest, less, n: i32):
 
 def _check_element_type(device: kiln.Device, t: kiln.ScalarType) -> None:
     r = rng(15)
-    lo, hi = t.range()
+    lo, hi = map(int, t.range())
     if t.bits == 64:  # stay clear of signed overflow, which is undefined
         lo, hi = (-(2**40), 2**40) if t.is_signed else (0, 2**64 - 1)
     a = r.integers(lo, hi, N, dtype=np.uint64 if t == u64 else np.int64).astype(t.dtype)
