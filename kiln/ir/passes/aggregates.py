@@ -30,6 +30,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ...errors import UnsupportedError
 from .. import nodes as ir
@@ -149,7 +150,11 @@ class Slot:
     write: Callable[[ir.Expr], ir.Stmt]
 
 
-class _FunctionLowering:
+class _FunctionLowering(Visitor[Any]):
+    """Lowers one function: `visit_<Stmt>` gives a statement's lowered statements,
+    `visit_<Expr>` a scalar expression lowered (`_ValueParts`: an aggregate value's leaves).
+    """
+
     def __init__(self, func: ir.Function, signatures: dict[str, list[ir.Param]]) -> None:
         self.func = func
         self.signatures = signatures  # device functions' original parameters
@@ -237,37 +242,54 @@ class _FunctionLowering:
         return out
 
     def stmt(self, s: ir.Stmt) -> list[ir.Stmt]:
-        match s:
-            case ir.Assign(target=target, value=value) if target in self.scalars:
-                slots = self.var_slots(target, value.type)
-                if isinstance(value, ir.Load) and native_width(value.type):
-                    return self.load_into(target, value, slots)
-                return self.write(slots, value, {target})
-            case ir.Store(array=array, indices=indices, value=value) if array.name in self.views:
-                index = [self.bound(i) for i in indices]
-                return self.store(array, index, value)
-            case ir.Store(array=array, indices=indices, value=value) \
-                    if isinstance(value.type, VectorType):  # kiln.store(a, i, v)
-                slots = self.wide_slots(array, indices, value.type.n)
-                return self.vector_stores(self.write(slots, value, {array.name}), value.type)
-            case ir.SetField():
-                place = self.resolve(s.target)
-                assert place is not None, "SetField of something other than a place"
-                slots, roots = self.place_slots(s.target)
-                lo, hi = field_range(s.target.type, s.name)
-                return self.write(slots[place[1] + lo:place[1] + hi], s.value, roots)
-            case ir.While(cond=cond, body=body):
-                test = self.scalar(cond)
-                if not self.pre:
-                    return [ir.While(test, self.body(body), loc=s.loc)]
-                pre, self.pre = self.pre, []  # re-evaluated before every iteration
-                stop = ir.If(ir.UnaryOp(bool_, "not", test), [ir.Break(loc=s.loc)], loc=s.loc)
-                return [ir.While(ir.Const(bool_, True), [*pre, stop, *self.body(body)],
-                                 loc=s.loc)]
-            case ir.Return(value=value) if value is not None and is_aggregate(value.type):
-                raise UnsupportedError("a device function returning a vector, record or "
-                                       "tuple is still called: run inline_aggregate_returns "
-                                       "before lower_aggregates", s.loc)
+        """`s` lowered to statements on scalars (its `visit_<Stmt>`)."""
+        lowered: list[ir.Stmt] = self.visit(s)
+        return lowered
+
+    def visit_Assign(self, s: ir.Assign) -> list[ir.Stmt]:
+        if s.target not in self.scalars:
+            return self.operands(s)
+        slots = self.var_slots(s.target, s.value.type)
+        if isinstance(s.value, ir.Load) and native_width(s.value.type):
+            return self.load_into(s.target, s.value, slots)
+        return self.write(slots, s.value, {s.target})
+
+    def visit_Store(self, s: ir.Store) -> list[ir.Stmt]:
+        array, value = s.array, s.value
+        if array.name in self.views:
+            return self.store(array, [self.bound(i) for i in s.indices], value)
+        if isinstance(value.type, VectorType):  # kiln.store(a, i, v)
+            slots = self.wide_slots(array, s.indices, value.type.n)
+            return self.vector_stores(self.write(slots, value, {array.name}), value.type)
+        return self.operands(s)
+
+    def visit_SetField(self, s: ir.SetField) -> list[ir.Stmt]:
+        place = self.resolve(s.target)
+        assert place is not None, "SetField of something other than a place"
+        slots, roots = self.place_slots(s.target)
+        lo, hi = field_range(s.target.type, s.name)
+        return self.write(slots[place[1] + lo:place[1] + hi], s.value, roots)
+
+    def visit_While(self, s: ir.While) -> list[ir.Stmt]:
+        test = self.scalar(s.cond)
+        if not self.pre:
+            return [ir.While(test, self.body(s.body), loc=s.loc)]
+        pre, self.pre = self.pre, []  # re-evaluated before every iteration
+        stop = ir.If(ir.UnaryOp(bool_, "not", test), [ir.Break(loc=s.loc)], loc=s.loc)
+        return [ir.While(ir.Const(bool_, True), [*pre, stop, *self.body(s.body)], loc=s.loc)]
+
+    def visit_Return(self, s: ir.Return) -> list[ir.Stmt]:
+        if s.value is not None and is_aggregate(s.value.type):
+            raise UnsupportedError("a device function returning a vector, record or tuple is "
+                                   "still called: run inline_aggregate_returns before "
+                                   "lower_aggregates", s.loc)
+        return self.operands(s)
+
+    def generic_visit(self, node: ir.Expr | ir.Stmt) -> Any:
+        return self.operands(node) if isinstance(node, ir.Stmt) else self.scalar_operands(node)
+
+    def operands(self, s: ir.Stmt) -> list[ir.Stmt]:
+        """`s` itself, its expressions made scalar and its bodies lowered."""
         for f in dataclasses.fields(s):
             value = getattr(s, f.name)
             if isinstance(value, ir.Expr):
@@ -483,30 +505,46 @@ class _FunctionLowering:
     # ------------------------------------------------------------ scalar expressions
 
     def scalar(self, e: ir.Expr) -> ir.Expr:
-        """A scalar expression with its aggregate sub-expressions lowered."""
-        match e:
-            case ir.Field():
-                (value,) = self.parts(e)
-                return value
-            case ir.IntrinsicCall(name="dot", args=[a, b]):
-                products = [ir.BinOp(e.type, "*", x, y, loc=e.loc)
-                            for x, y in zip(self.parts(a), self.parts(b))]
-                return _sum(products)
-            case ir.IntrinsicCall(name="length", args=[v]):
-                comps = [self.shared(c) for c in self.parts(v)]
-                return self.intrinsic("sqrt", [_sum_of_squares(comps)])
-            case ir.IntrinsicCall(name="all" | "any" as name, args=[v]):
-                return ir.BoolOp(bool_, "and" if name == "all" else "or", self.parts(v),
-                                 loc=e.loc)
-            case ir.ArrayDim(array=array) if array.name in self.views:
-                first = next(iter(self.views[array.name].values()))
-                return ir.ArrayDim(i32, first, e.axis, loc=e.loc)
-            case ir.Call(func=func, args=args):
-                return ir.Call(e.type, func, self.call_args(func, args), loc=e.loc)
-            case ir.BoolOp(op=op, values=[first, *rest]):
-                return self.bool_op(e, op, first, rest)
-            case ir.Select(cond=cond, if_true=if_true, if_false=if_false):
-                return self.select(e, cond, if_true, if_false)
+        """A scalar expression with its aggregate sub-expressions lowered (its
+        `visit_<Expr>`)."""
+        lowered: ir.Expr = self.visit(e)
+        return lowered
+
+    def visit_Field(self, e: ir.Field) -> ir.Expr:
+        (value,) = self.parts(e)
+        return value
+
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:
+        if e.name == "dot" and len(e.args) == 2:
+            a, b = e.args
+            return _sum([ir.BinOp(e.type, "*", x, y, loc=e.loc)
+                         for x, y in zip(self.parts(a), self.parts(b))])
+        if e.name == "length" and len(e.args) == 1:
+            comps = [self.shared(c) for c in self.parts(e.args[0])]
+            return self.intrinsic("sqrt", [_sum_of_squares(comps)])
+        if e.name in ("all", "any") and len(e.args) == 1:
+            return ir.BoolOp(bool_, "and" if e.name == "all" else "or", self.parts(e.args[0]),
+                             loc=e.loc)
+        return self.scalar_operands(e)
+
+    def visit_ArrayDim(self, e: ir.ArrayDim) -> ir.Expr:
+        if e.array.name not in self.views:
+            return self.scalar_operands(e)
+        first = next(iter(self.views[e.array.name].values()))
+        return ir.ArrayDim(i32, first, e.axis, loc=e.loc)
+
+    def visit_Call(self, e: ir.Call) -> ir.Expr:
+        return ir.Call(e.type, e.func, self.call_args(e.func, e.args), loc=e.loc)
+
+    def visit_BoolOp(self, e: ir.BoolOp) -> ir.Expr:
+        first, *rest = e.values
+        return self.bool_op(e, e.op, first, rest)
+
+    def visit_Select(self, e: ir.Select) -> ir.Expr:
+        return self.select(e, e.cond, e.if_true, e.if_false)
+
+    def scalar_operands(self, e: ir.Expr) -> ir.Expr:
+        """`e` itself, its operands lowered."""
         for f in dataclasses.fields(e):
             value = getattr(e, f.name)
             if isinstance(value, ir.Expr):

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...errors import ConvergenceError
 from .. import nodes as ir
 from ..enums import MemorySpace
 from ..intrinsics import Variance, intrinsics
 from ..types import ArrayType
+from ..visit import Visitor
 from .common import child_blocks, child_exprs, line_of
 
 UNIFORM, BLOCK, THREAD = Variance.UNIFORM, Variance.BLOCK, Variance.THREAD
@@ -88,8 +90,10 @@ class Summaries:
     reaches: dict[str, Site] = field(default_factory=dict)  # per convergent function
 
 
-class FunctionVariance:
-    """Variances of one function's locals and the convergent sites in it."""
+class FunctionVariance(Visitor[Any]):
+    """Variances of one function's locals and the convergent sites in it: `visit_<Stmt>`
+    gives a statement's exits, `visit_<Expr>` an expression's variance, both under
+    `self.control` (set by `stmt` and `expr`)."""
 
     def __init__(self, func: ir.Function, params: list[Variance], summaries: Summaries) -> None:
         self.func = func
@@ -99,6 +103,7 @@ class FunctionVariance:
         self.calls: list[tuple[str, list[Variance]]] = []
         self.sites: list[Site] = []
         self.stmt_loc: ir.Loc | None = func.loc
+        self.control = Control()
         self.changed = True
         while self.changed:
             self.changed = False
@@ -121,56 +126,78 @@ class FunctionVariance:
         return exits
 
     def stmt(self, s: ir.Stmt, control: Control) -> Exits:
+        """The exits of `s` reached under `control` (its `visit_<Stmt>`)."""
         outer = self.stmt_loc
         self.stmt_loc = s.loc or outer
+        self.control = control
         try:
-            return self.visit_stmt(s, control)
+            exits: Exits = self.visit(s)
+            return exits
         finally:
             self.stmt_loc = outer
 
-    def visit_stmt(self, s: ir.Stmt, control: Control) -> Exits:
-        line = line_of(s.loc)
-        match s:
-            case ir.Assign(target=target, value=value):
-                self.assign(target, max(self.expr(value, control), control.variance))
-            case ir.SetField(target=target, value=value):
-                variance = max(self.expr(target, control), self.expr(value, control))
-                root = target
-                while isinstance(root, ir.Field):
-                    root = root.value
-                if isinstance(root, ir.Var):  # a field of a local: the local varies with it
-                    self.assign(root.name, max(variance, control.variance))
-            case ir.If(cond=cond, then=then, orelse=orelse):
-                inner = control.join(self.expr(cond, control), f"the `if`{line}")
-                return self.block(then, inner).join(self.block(orelse, inner))
-            case ir.While(cond=cond, body=body):
-                return self.loop(body, control, self.expr(cond, control),
-                                 f"the `while` loop{line}", lambda c: self.expr(cond, c))
-            case ir.For(var=var, start=start, stop=stop, step=step, body=body):
-                bounds = max(self.expr(e, control) for e in (start, stop, step))
-                return self.loop(body, control, bounds, f"the `for` loop{line}",
-                                 lambda c: self.assign(var, c.variance))
-            case ir.Native(vars=variables):
-                for v in variables:  # hand-written code may write anything it mentions
-                    self.assign(v.name, THREAD)
-            case ir.Break():
-                return Exits(breaks=Control(control.variance, f"the `break`{line}"))
-            case ir.Continue():
-                return Exits(continues=Control(control.variance, f"the `continue`{line}"))
-            case ir.Return(value=value):
-                if value is not None:
-                    self.result = max(self.result, self.expr(value, control), control.variance)
-                return Exits(returns=Control(control.variance, f"the early `return`{line}"))
-            case _:
-                # ExprStmt, Store, and statement kinds added later: control flow, if any,
-                # depends on every expression of the statement.
-                variance = max((self.expr(e, control) for e in child_exprs(s)), default=UNIFORM)
-                inner = control.join(variance, f"the `{type(s).__name__}`{line}")
-                exits = Exits()
-                for body in child_blocks(s):
-                    exits = exits.join(self.block(body, inner))
-                return exits
+    def visit_Assign(self, s: ir.Assign) -> Exits:
+        control = self.control
+        self.assign(s.target, max(self.expr(s.value, control), control.variance))
         return Exits()
+
+    def visit_SetField(self, s: ir.SetField) -> Exits:
+        control = self.control
+        variance = max(self.expr(s.target, control), self.expr(s.value, control))
+        root = s.target
+        while isinstance(root, ir.Field):
+            root = root.value
+        if isinstance(root, ir.Var):  # a field of a local: the local varies with it
+            self.assign(root.name, max(variance, control.variance))
+        return Exits()
+
+    def visit_If(self, s: ir.If) -> Exits:
+        control = self.control
+        inner = control.join(self.expr(s.cond, control), f"the `if`{line_of(s.loc)}")
+        return self.block(s.then, inner).join(self.block(s.orelse, inner))
+
+    def visit_While(self, s: ir.While) -> Exits:
+        control = self.control
+        return self.loop(s.body, control, self.expr(s.cond, control),
+                         f"the `while` loop{line_of(s.loc)}", lambda c: self.expr(s.cond, c))
+
+    def visit_For(self, s: ir.For) -> Exits:
+        control = self.control
+        bounds = max(self.expr(e, control) for e in (s.start, s.stop, s.step))
+        return self.loop(s.body, control, bounds, f"the `for` loop{line_of(s.loc)}",
+                         lambda c: self.assign(s.var, c.variance))
+
+    def visit_Native(self, s: ir.Native) -> Exits:
+        for v in s.vars:  # hand-written code may write anything it mentions
+            self.assign(v.name, THREAD)
+        return Exits()
+
+    def visit_Break(self, s: ir.Break) -> Exits:
+        return Exits(breaks=Control(self.control.variance, f"the `break`{line_of(s.loc)}"))
+
+    def visit_Continue(self, s: ir.Continue) -> Exits:
+        return Exits(continues=Control(self.control.variance,
+                                       f"the `continue`{line_of(s.loc)}"))
+
+    def visit_Return(self, s: ir.Return) -> Exits:
+        control = self.control
+        if s.value is not None:
+            self.result = max(self.result, self.expr(s.value, control), control.variance)
+        return Exits(returns=Control(control.variance, f"the early `return`{line_of(s.loc)}"))
+
+    def generic_visit(self, node: ir.Expr | ir.Stmt) -> Exits | Variance:
+        """ExprStmt, Store, and node kinds added later: a statement's control flow, if any,
+        depends on every expression of the statement; an expression varies with its
+        operands."""
+        control = self.control
+        variance = max((self.expr(e, control) for e in child_exprs(node)), default=UNIFORM)
+        if isinstance(node, ir.Expr):
+            return variance
+        inner = control.join(variance, f"the `{type(node).__name__}`{line_of(node.loc)}")
+        exits = Exits()
+        for body in child_blocks(node):
+            exits = exits.join(self.block(body, inner))
+        return exits
 
     def loop(self, body: list[ir.Stmt], control: Control, variance: Variance, why: str,
              each_iteration: Callable[[Control], object]) -> Exits:
@@ -187,44 +214,61 @@ class FunctionVariance:
     # ------------------------------------------------------------ expressions
 
     def expr(self, e: ir.Expr, control: Control) -> Variance:
-        line = line_of(e.loc or self.stmt_loc)
-        match e:
-            case ir.Const() | ir.ArrayDim():
-                return UNIFORM
-            case ir.Var(name=name):
-                return self.var.get(name, UNIFORM)
-            case ir.Load(array=array, indices=indices):
-                index = max((self.expr(i, control) for i in indices), default=UNIFORM)
-                space = array.type.space if isinstance(array.type, ArrayType) else None
-                return THREAD if space is MemorySpace.LOCAL else max(BLOCK, index)
-            case ir.BoolOp(op=op, values=[first, *rest]):
-                variance = self.expr(first, control)
-                for value in rest:
-                    inner = control.join(variance, f"the `{op}`{line}")
-                    variance = max(variance, self.expr(value, inner))
-                return variance
-            case ir.Select(cond=cond, if_true=if_true, if_false=if_false):
-                variance = self.expr(cond, control)
-                inner = control.join(variance, f"the conditional expression{line}")
-                return max(variance, self.expr(if_true, inner), self.expr(if_false, inner))
-            case ir.IntrinsicCall(name=name, args=args):
-                joined = max((self.expr(a, control) for a in args), default=UNIFORM)
-                if name not in intrinsics:
-                    return THREAD
-                spec = intrinsics[name]
-                if spec.convergent or spec.warp_convergent:
-                    scope = "block" if spec.convergent else "warp"
-                    self.sites.append(Site(e, self.stmt_loc, f"{name}()", control, scope))
-                return joined if spec.variance is None else spec.variance
-            case ir.Call(func=func, args=args):
-                variances = [self.expr(a, control) for a in args]
-                self.calls.append((func, variances))
-                if func in self.summaries.convergent:
-                    reached = self.summaries.reaches[func]
-                    what = f"the call of `{func}` (which reaches {reached.what.split(' (')[0]})"
-                    self.sites.append(Site(e, self.stmt_loc, what, control, reached.scope))
-                return max([self.summaries.result.get(func, UNIFORM), *variances])
-        return max((self.expr(c, control) for c in child_exprs(e)), default=UNIFORM)
+        """The variance of `e` evaluated under `control` (its `visit_<Expr>`)."""
+        self.control = control
+        variance: Variance = self.visit(e)
+        return variance
+
+    def visit_Const(self, e: ir.Const | ir.ArrayDim) -> Variance:
+        return UNIFORM
+
+    visit_ArrayDim = visit_Const
+
+    def visit_Var(self, e: ir.Var) -> Variance:
+        return self.var.get(e.name, UNIFORM)
+
+    def visit_Load(self, e: ir.Load) -> Variance:
+        control = self.control
+        index = max((self.expr(i, control) for i in e.indices), default=UNIFORM)
+        space = e.array.type.space if isinstance(e.array.type, ArrayType) else None
+        return THREAD if space is MemorySpace.LOCAL else max(BLOCK, index)
+
+    def visit_BoolOp(self, e: ir.BoolOp) -> Variance:
+        control = self.control
+        first, *rest = e.values
+        variance = self.expr(first, control)
+        for value in rest:
+            inner = control.join(variance, f"the `{e.op}`{line_of(e.loc or self.stmt_loc)}")
+            variance = max(variance, self.expr(value, inner))
+        return variance
+
+    def visit_Select(self, e: ir.Select) -> Variance:
+        control = self.control
+        variance = self.expr(e.cond, control)
+        inner = control.join(variance,
+                             f"the conditional expression{line_of(e.loc or self.stmt_loc)}")
+        return max(variance, self.expr(e.if_true, inner), self.expr(e.if_false, inner))
+
+    def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> Variance:
+        control = self.control
+        joined = max((self.expr(a, control) for a in e.args), default=UNIFORM)
+        if e.name not in intrinsics:
+            return THREAD
+        spec = intrinsics[e.name]
+        if spec.convergent or spec.warp_convergent:
+            scope = "block" if spec.convergent else "warp"
+            self.sites.append(Site(e, self.stmt_loc, f"{e.name}()", control, scope))
+        return joined if spec.variance is None else spec.variance
+
+    def visit_Call(self, e: ir.Call) -> Variance:
+        control, func = self.control, e.func
+        variances = [self.expr(a, control) for a in e.args]
+        self.calls.append((func, variances))
+        if func in self.summaries.convergent:
+            reached = self.summaries.reaches[func]
+            what = f"the call of `{func}` (which reaches {reached.what.split(' (')[0]})"
+            self.sites.append(Site(e, self.stmt_loc, what, control, reached.scope))
+        return max([self.summaries.result.get(func, UNIFORM), *variances])
 
 
 def summarize(program: ir.Program) -> Summaries:

@@ -6,7 +6,7 @@ import dataclasses
 
 from .. import nodes as ir
 from ..analysis import reads_and_writes
-from ..visit import Transformer, walk
+from ..visit import Transformer, Visitor, walk
 from .common import all_functions, clone_program, has_side_effects
 from .fold import python_value
 
@@ -47,26 +47,48 @@ def prune(body: list[ir.Stmt]) -> list[ir.Stmt]:
 
 
 def _prune_stmt(s: ir.Stmt) -> list[ir.Stmt]:
-    match s:
-        case ir.If(cond=ir.Const() as cond):
-            return prune(s.then if python_value(cond) else s.orelse)
-        case ir.While(cond=ir.Const() as cond) if not python_value(cond):
+    return _PRUNE.visit(s)
+
+
+class _Prune(Visitor[list[ir.Stmt]]):
+    """`visit_<Stmt>`: what replaces a statement once its unreachable and no-op parts are
+    gone (nothing, the branch an `if` on a constant takes, or the statement itself)."""
+
+    def visit_If(self, s: ir.If) -> list[ir.Stmt]:
+        if isinstance(s.cond, ir.Const):
+            return prune(s.then if python_value(s.cond) else s.orelse)
+        self.generic_visit(s)
+        return [s] if s.then or s.orelse or has_side_effects(s.cond) else []
+
+    def visit_While(self, s: ir.While) -> list[ir.Stmt]:
+        if isinstance(s.cond, ir.Const) and not python_value(s.cond):
             return []
-        case ir.For(start=ir.Const() as start, stop=ir.Const() as stop, step=ir.Const() as step):
-            if not range(int(python_value(start)), int(python_value(stop)),
-                         int(python_value(step))):
-                return []
-        case ir.ExprStmt(expr=expr) if not has_side_effects(expr):
+        return self.generic_visit(s)
+
+    def visit_For(self, s: ir.For) -> list[ir.Stmt]:
+        bounds = [python_value(e) for e in (s.start, s.stop, s.step) if isinstance(e, ir.Const)]
+        if len(bounds) == 3 and not range(*(int(b) for b in bounds)):
             return []
-    for f in dataclasses.fields(s):
-        value = getattr(s, f.name)
-        if isinstance(value, list) and all(isinstance(v, ir.Stmt) for v in value):
-            setattr(s, f.name, prune(value))
-    if isinstance(s, ir.If) and not s.then and not s.orelse and not has_side_effects(s.cond):
-        return []
-    if isinstance(s, ir.VectorAccess) and not s.body:
-        return []
-    return [s]
+        return self.generic_visit(s)
+
+    def visit_ExprStmt(self, s: ir.ExprStmt) -> list[ir.Stmt]:
+        return [s] if has_side_effects(s.expr) else []
+
+    def visit_VectorAccess(self, s: ir.VectorAccess) -> list[ir.Stmt]:
+        self.generic_visit(s)
+        return [s] if s.body else []
+
+    def generic_visit(self, node: ir.Expr | ir.Stmt) -> list[ir.Stmt]:
+        """The statement with its nested blocks pruned."""
+        assert isinstance(node, ir.Stmt)
+        for f in dataclasses.fields(node):
+            value = getattr(node, f.name)
+            if isinstance(value, list) and all(isinstance(v, ir.Stmt) for v in value):
+                setattr(node, f.name, prune(value))
+        return [node]
+
+
+_PRUNE = _Prune()
 
 
 class _UnreadAssignments(Transformer):

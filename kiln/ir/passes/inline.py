@@ -16,12 +16,13 @@ A call is replaced by the callee's body:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ...errors import UnsupportedError
 from .. import nodes as ir
 from ..enums import MemorySpace
 from ..types import ArrayType, Type, bool_, is_aggregate
-from ..visit import Transformer, walk
+from ..visit import Transformer, Visitor, walk
 from .common import child_blocks, child_exprs, clone, clone_program, has_side_effects
 
 
@@ -78,7 +79,11 @@ def _map_exprs(node: ir.Expr | ir.Stmt, fn: Callable[[ir.Expr], ir.Expr]) -> Non
             setattr(node, name, [fn(v) for v in value])
 
 
-class _Inliner:
+class _Inliner(Visitor[Any]):
+    """Inlines the calls of `names` in one function: `visit_<Stmt>` gives a statement's
+    replacement, `visit_<Expr>` an expression's, with what must run before it appended to
+    `self.pre`."""
+
     def __init__(self, func: ir.Function, inlined: dict[str, ir.Function], names: set[str],
                  why: str) -> None:
         self.func = func
@@ -86,6 +91,7 @@ class _Inliner:
         self.names = names  # the functions whose calls are inlined
         self.why = why
         self.used = {p.name for p in func.params} | set(func.locals)
+        self.pre: list[ir.Stmt] = []
 
     def has_call(self, node: ir.Expr | ir.Stmt | list[ir.Stmt] | list[ir.Expr]) -> bool:
         """Whether `node` calls a function that is inlined."""
@@ -115,31 +121,57 @@ class _Inliner:
         return [out for s in body for out in self.stmt(s)]
 
     def stmt(self, s: ir.Stmt) -> list[ir.Stmt]:
+        """`s` without calls of inlined functions (its `visit_<Stmt>`, which appends what
+        must run first to `self.pre`)."""
         if not self.has_call(s):
             return [s]
-        pre: list[ir.Stmt] = []
-        match s:
-            case ir.Assign(target=target, value=ir.Call() as call) if call.func in self.names:
-                args = self.operands(call.args, pre)
-                return [*pre, *self.expand(call, args, target)]
-            case ir.ExprStmt(expr=ir.Call() as call) if call.func in self.names:
-                args = self.operands(call.args, pre)
-                return [*pre, *self.expand(call, args, None)]
-            case ir.Store():
-                s.value, *s.indices = self.operands([s.value, *s.indices], pre)
-            case ir.While(cond=cond) if self.has_call(cond):
-                test = self.lower(cond, pre)
-                leave = ir.If(ir.UnaryOp(bool_, "not", test, loc=cond.loc), [ir.Break(loc=s.loc)])
-                s.cond = ir.Const(bool_, True, loc=cond.loc)
-                s.body = [*pre, leave, *self.block(s.body)]
-                return [s]
-            case _:
-                # conditions, loop bounds, returned values: evaluated once, before the body
-                operands = iter(self.operands(child_exprs(s), pre))
-                _map_exprs(s, lambda _: next(operands))
-                for body in child_blocks(s):
-                    body[:] = self.block(body)
+        self.pre = []
+        lowered: list[ir.Stmt] = self.visit(s)
+        return lowered
+
+    def visit_Assign(self, s: ir.Assign) -> list[ir.Stmt]:
+        call = s.value
+        if not (isinstance(call, ir.Call) and call.func in self.names):
+            return self.generic_visit(s)
+        pre = self.pre
+        args = self.operands(call.args, pre)
+        return [*pre, *self.expand(call, args, s.target)]
+
+    def visit_ExprStmt(self, s: ir.ExprStmt) -> list[ir.Stmt]:
+        call = s.expr
+        if not (isinstance(call, ir.Call) and call.func in self.names):
+            return self.generic_visit(s)
+        pre = self.pre
+        args = self.operands(call.args, pre)
+        return [*pre, *self.expand(call, args, None)]
+
+    def visit_Store(self, s: ir.Store) -> list[ir.Stmt]:
+        pre = self.pre
+        s.value, *s.indices = self.operands([s.value, *s.indices], pre)
         return [*pre, s]
+
+    def visit_While(self, s: ir.While) -> list[ir.Stmt]:
+        cond = s.cond
+        if not self.has_call(cond):
+            return self.generic_visit(s)
+        pre = self.pre
+        test = self.lower(cond, pre)
+        leave = ir.If(ir.UnaryOp(bool_, "not", test, loc=cond.loc), [ir.Break(loc=s.loc)])
+        s.cond = ir.Const(bool_, True, loc=cond.loc)
+        s.body = [*pre, leave, *self.block(s.body)]
+        return [s]
+
+    def generic_visit(self, node: ir.Expr | ir.Stmt) -> Any:
+        """Conditions, loop bounds, returned values, operands: evaluated once, in order,
+        before the statement's bodies (which are lowered in place)."""
+        pre = self.pre
+        operands = iter(self.operands(child_exprs(node), pre))
+        _map_exprs(node, lambda _: next(operands))
+        if isinstance(node, ir.Expr):
+            return node
+        for body in child_blocks(node):
+            body[:] = self.block(body)
+        return [*pre, node]
 
     # ------------------------------------------------------------ expressions
 
@@ -157,35 +189,47 @@ class _Inliner:
         return out
 
     def lower(self, e: ir.Expr, pre: list[ir.Stmt]) -> ir.Expr:
-        """`e` without calls; what the calls need is appended to `pre`."""
+        """`e` without calls; what the calls need is appended to `pre` (its
+        `visit_<Expr>`, which reads `pre` from `self.pre`)."""
         if not self.has_call(e):
             return e
-        match e:
-            case ir.Call() if e.func in self.names:
-                args = self.operands(e.args, pre)
-                result = self.fresh(f"{e.func}_result", e.type)
-                pre += self.expand(e, args, result)
-                return ir.Var(e.type, result, loc=e.loc)
-            case ir.BoolOp(op=op, values=[first, *rest]) if self.has_call(rest):
-                acc = self.temp(self.lower(first, pre), pre, "cond")
-                for value in rest:
-                    branch: list[ir.Stmt] = []
-                    branch.append(ir.Assign(acc.name, self.lower(value, branch), loc=value.loc))
-                    go_on = acc if op == "and" else ir.UnaryOp(bool_, "not", acc)
-                    pre.append(ir.If(go_on, branch, loc=value.loc))
-                return acc
-            case ir.Select(cond=cond, if_true=if_true, if_false=if_false) if (
-                    self.has_call(if_true) or self.has_call(if_false)):
-                test = self.lower(cond, pre)
-                result = self.fresh("select", e.type)
-                branches: list[list[ir.Stmt]] = [[], []]
-                for branch, value in zip(branches, (if_true, if_false)):
-                    branch.append(ir.Assign(result, self.lower(value, branch), loc=value.loc))
-                pre.append(ir.If(test, *branches, loc=e.loc))
-                return ir.Var(e.type, result, loc=e.loc)
-        operands = iter(self.operands(child_exprs(e), pre))
-        _map_exprs(e, lambda _: next(operands))
-        return e
+        self.pre = pre
+        lowered: ir.Expr = self.visit(e)
+        return lowered
+
+    def visit_Call(self, e: ir.Call) -> ir.Expr:
+        if e.func not in self.names:
+            return self.generic_visit(e)
+        pre = self.pre
+        args = self.operands(e.args, pre)
+        result = self.fresh(f"{e.func}_result", e.type)
+        pre += self.expand(e, args, result)
+        return ir.Var(e.type, result, loc=e.loc)
+
+    def visit_BoolOp(self, e: ir.BoolOp) -> ir.Expr:
+        first, *rest = e.values
+        if not self.has_call(rest):
+            return self.generic_visit(e)
+        pre = self.pre
+        acc = self.temp(self.lower(first, pre), pre, "cond")
+        for value in rest:
+            branch: list[ir.Stmt] = []
+            branch.append(ir.Assign(acc.name, self.lower(value, branch), loc=value.loc))
+            go_on = acc if e.op == "and" else ir.UnaryOp(bool_, "not", acc)
+            pre.append(ir.If(go_on, branch, loc=value.loc))
+        return acc
+
+    def visit_Select(self, e: ir.Select) -> ir.Expr:
+        if not (self.has_call(e.if_true) or self.has_call(e.if_false)):
+            return self.generic_visit(e)
+        pre = self.pre
+        test = self.lower(e.cond, pre)
+        result = self.fresh("select", e.type)
+        branches: list[list[ir.Stmt]] = [[], []]
+        for branch, value in zip(branches, (e.if_true, e.if_false)):
+            branch.append(ir.Assign(result, self.lower(value, branch), loc=value.loc))
+        pre.append(ir.If(test, *branches, loc=e.loc))
+        return ir.Var(e.type, result, loc=e.loc)
 
     # ------------------------------------------------------------ the callee's body
 

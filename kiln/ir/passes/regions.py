@@ -49,7 +49,7 @@ from ..analysis import reads_and_writes
 from ..enums import MemorySpace
 from ..intrinsics import Variance, intrinsics
 from ..types import ArrayType, ScalarType, i8, i16, i32
-from ..visit import walk
+from ..visit import Visitor, walk
 from .common import child_blocks
 from .convergence import Control, FunctionVariance, analyze
 
@@ -178,7 +178,7 @@ def _escapes(s: ir.Stmt, loops: int = 0) -> bool:
     return any(_escapes(c, inner) for body in child_blocks(s) for c in body)
 
 
-class _Splitter:
+class _Splitter(Visitor[Item]):
     def __init__(self, program: ir.Program) -> None:
         self.program = program
         self.variance: FunctionVariance = analyze(program)[0]
@@ -186,6 +186,7 @@ class _Splitter:
         self.block_reads: set[str] = set()
         self.block_loop_vars: list[str] = []
         self.block_return = False
+        self.in_loop = False  # whether the statement `block_level` splits is in a loop
 
     def region(self, body: list[ir.Stmt], in_loop: bool, loop: ir.While | None = None) -> Region:
         region = Region(len(self.regions), body, in_loop, loop=loop)
@@ -231,21 +232,35 @@ class _Splitter:
                    for e in (s.start, s.stop, s.step))
 
     def block_level(self, s: ir.Stmt, in_loop: bool) -> Item:
-        if isinstance(s, ir.If):
-            self.block_reads |= reads_and_writes(s.cond)[0]
-            return BlockIf(s, self.split(s.then, in_loop), self.split(s.orelse, in_loop))
-        if isinstance(s, ir.While):
-            self.block_reads |= reads_and_writes(s.cond)[0]
-            return BlockLoop(s, self.split(s.body, True))
-        if isinstance(s, ir.For):
-            for e in (s.start, s.stop, s.step):
-                self.block_reads |= reads_and_writes(e)[0]
-            self.block_loop_vars.append(s.var)
-            return BlockLoop(s, self.split(s.body, True))
-        if isinstance(s, (ir.Break, ir.Continue, ir.Return)):
-            self.block_return |= isinstance(s, ir.Return)
-            return BlockJump(s)
-        raise UnsupportedError("barrier() must be a statement of its own", s.loc)
+        """A statement that holds a barrier or leaves a loop, as block-level control flow
+        around the regions of its bodies (its `visit_<Stmt>`)."""
+        self.in_loop = in_loop
+        item: Item = self.visit(s)
+        return item
+
+    def visit_If(self, s: ir.If) -> Item:
+        in_loop = self.in_loop
+        self.block_reads |= reads_and_writes(s.cond)[0]
+        return BlockIf(s, self.split(s.then, in_loop), self.split(s.orelse, in_loop))
+
+    def visit_While(self, s: ir.While) -> Item:
+        self.block_reads |= reads_and_writes(s.cond)[0]
+        return BlockLoop(s, self.split(s.body, True))
+
+    def visit_For(self, s: ir.For) -> Item:
+        for e in (s.start, s.stop, s.step):
+            self.block_reads |= reads_and_writes(e)[0]
+        self.block_loop_vars.append(s.var)
+        return BlockLoop(s, self.split(s.body, True))
+
+    def visit_Break(self, s: ir.Break | ir.Continue | ir.Return) -> Item:
+        self.block_return |= isinstance(s, ir.Return)
+        return BlockJump(s)
+
+    visit_Continue = visit_Return = visit_Break
+
+    def generic_visit(self, node: ir.Expr | ir.Stmt) -> Item:
+        raise UnsupportedError("barrier() must be a statement of its own", node.loc)
 
 
 def constant_trips(s: ir.For) -> int | None:
