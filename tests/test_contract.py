@@ -57,6 +57,20 @@ def test_builtin_backends_declare_their_optional_protocols() -> None:
         assert issubclass(launchable, kiln.PreparesLaunch)
 
 
+def test_supports_refuses_a_class() -> None:
+    """Remembered per class, a class argument would get the answer cached for `type`."""
+
+    class Fast:
+        def launch(self, grid: Any, block: Any, args: Any, stream: Any) -> None: ...
+
+        def launch_target(self, grid: Any, block: Any, args: Any, stream: Any) -> Any: ...
+
+    assert kiln.supports(Fast(), kiln.FastLaunch)
+    assert not kiln.supports(Fast(), kiln.InlineLaunch)
+    with pytest.raises(TypeError, match="not the class Fast"):
+        kiln.supports(Fast, kiln.FastLaunch)
+
+
 def test_a_backend_missing_a_part_is_refused_naming_it() -> None:
     class NoQueue(kiln.DirectBackend):
         name = "noqueue"
