@@ -53,3 +53,30 @@ def test_examples_used_public_names_only() -> None:
             assert module in ("kiln", "kiln.backends.interp", "kiln.execution.drivers",
                               "kiln.ir", "kiln.ir.visit"), module
     assert kiln.register_intrinsic and kiln.register_operation
+
+
+def test_the_plugin_package_installs_and_passes_kiln_check(tmp_path: Path) -> None:
+    """Section 15's package, installed with pip from the page into a temporary directory,
+    found through its entry point by `kiln check` in a fresh process."""
+    section = DOC.read_text().split("## 15.", 1)[1]
+    pyproject = re.search(r"```toml\n(.*?)```", section, re.S)
+    module = re.search(r"```python\n(.*?)```", section, re.S)
+    assert pyproject and module
+    package, site = tmp_path / "kiln-tracing", tmp_path / "site"
+    package.mkdir()
+    (package / "pyproject.toml").write_text(pyproject.group(1))
+    (package / "kiln_tracing.py").write_text(module.group(1))
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                              "--no-build-isolation", "--target", str(site), str(package)],
+                             capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KILN_BACKEND", "KILN_DISABLE_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    info = subprocess.run([sys.executable, "-m", "kiln", "info"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert "tracing:0" in info.stdout, info.stdout[-3000:] + info.stderr[-3000:]
+    check = subprocess.run([sys.executable, "-m", "kiln", "check", "tracing"], env=env,
+                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    assert re.search(r"\d+ passed in", check.stdout) and "failed" not in check.stdout
