@@ -1,7 +1,8 @@
 """The one way to walk and rewrite IR: `walk`, `Visitor` and `Transformer`.
 
 - `walk(nodes)` iterates every node under a tree, pre-order: for passes that look for
-  something (`any(isinstance(n, ir.Call) for n in walk(body))`).
+  something (`any(isinstance(n, ir.Call) for n in walk(body))`); `children`,
+  `child_exprs`, `child_blocks` and `map_exprs` reach one node's direct parts.
 - `Visitor` computes a value per node: a method `visit_<NodeClass>(node)` handles that
   class and its subclasses (a method for a base class, `visit_Stmt`, catches every
   statement without a method of its own); `generic_visit` handles the rest (by default:
@@ -57,6 +58,27 @@ def children(node: Node) -> Iterator[Node]:
             for item in value:
                 if isinstance(item, (Expr, Stmt)):
                     yield item
+
+
+def child_exprs(node: Node) -> list[Expr]:
+    """The expressions directly inside a node (fields and lists of them), in field order."""
+    return [c for c in children(node) if isinstance(c, Expr)]
+
+
+def child_blocks(node: Node) -> list[list[Stmt]]:
+    """The non-empty statement lists (bodies, branches) directly inside a node."""
+    values = (getattr(node, name) for name in _fields(type(node)))
+    return [v for v in values if isinstance(v, list) and v and isinstance(v[0], Stmt)]
+
+
+def map_exprs(node: Node, fn: Callable[[Expr], Expr]) -> None:
+    """Replace each expression directly inside `node` by `fn(expr)`, in field order."""
+    for name in _fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, Expr):
+            setattr(node, name, fn(value))
+        elif isinstance(value, list) and value and isinstance(value[0], Expr):
+            setattr(node, name, [fn(v) for v in value])
 
 
 def walk(nodes: list[Stmt] | list[Expr] | Node) -> Iterator[Node]:

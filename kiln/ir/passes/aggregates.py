@@ -46,7 +46,7 @@ from ..types import (
     i32,
     is_aggregate,
 )
-from ..visit import Visitor, walk
+from ..visit import Visitor, map_exprs, walk
 from .common import all_functions, clone_program, has_side_effects
 
 
@@ -545,12 +545,7 @@ class _FunctionLowering(Visitor[Any]):
 
     def scalar_operands(self, e: ir.Expr) -> ir.Expr:
         """`e` itself, its operands lowered."""
-        for f in dataclasses.fields(e):
-            value = getattr(e, f.name)
-            if isinstance(value, ir.Expr):
-                setattr(e, f.name, self.scalar(value))
-            elif isinstance(value, list) and value and isinstance(value[0], ir.Expr):
-                setattr(e, f.name, [self.scalar(v) for v in value])
+        map_exprs(e, self.scalar)
         return e
 
     def call_args(self, func: str, args: list[ir.Expr]) -> list[ir.Expr]:

@@ -1,4 +1,4 @@
-"""Helpers shared by the passes: copying programs, purity, loop-aware traversal."""
+"""Helpers shared by the passes: copying programs, purity."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from .. import nodes as ir
 from ..intrinsics import intrinsics
-from ..visit import children, walk
+from ..visit import walk
 
 N = TypeVar("N")
 
@@ -36,16 +36,6 @@ def clone_program(program: ir.Program) -> ir.Program:
     return ir.Program(clone_function(program.kernel),
                       [clone_function(f) for f in program.functions], list(program.checks),
                       program.tables)
-
-
-def child_exprs(node: ir.Expr | ir.Stmt) -> list[ir.Expr]:
-    return [c for c in children(node) if isinstance(c, ir.Expr)]
-
-
-def child_blocks(node: ir.Stmt) -> list[list[ir.Stmt]]:
-    """The statement lists (bodies, branches) directly inside a statement."""
-    values = (getattr(node, f.name) for f in dataclasses.fields(node))
-    return [v for v in values if isinstance(v, list) and v and isinstance(v[0], ir.Stmt)]
 
 
 def all_functions(program: ir.Program) -> list[ir.Function]:

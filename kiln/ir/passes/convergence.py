@@ -32,8 +32,8 @@ from .. import nodes as ir
 from ..enums import MemorySpace
 from ..intrinsics import Variance, intrinsics
 from ..types import ArrayType
-from ..visit import Visitor
-from .common import child_blocks, child_exprs, line_of
+from ..visit import Visitor, child_blocks, child_exprs
+from .common import line_of
 
 UNIFORM, BLOCK, THREAD = Variance.UNIFORM, Variance.BLOCK, Variance.THREAD
 

@@ -22,8 +22,8 @@ from ...errors import UnsupportedError
 from .. import nodes as ir
 from ..enums import MemorySpace
 from ..types import ArrayType, Type, bool_, is_aggregate
-from ..visit import Transformer, Visitor, walk
-from .common import child_blocks, child_exprs, clone, clone_program, has_side_effects
+from ..visit import Transformer, Visitor, child_blocks, child_exprs, map_exprs, walk
+from .common import clone, clone_program, has_side_effects
 
 
 def inline_functions(program: ir.Program) -> ir.Program:
@@ -67,16 +67,6 @@ def _stable(e: ir.Expr) -> bool:
 
 def _has_return(node: ir.Stmt | list[ir.Stmt]) -> bool:
     return any(isinstance(n, ir.Return) for n in walk(node))
-
-
-def _map_exprs(node: ir.Expr | ir.Stmt, fn: Callable[[ir.Expr], ir.Expr]) -> None:
-    """Replace each direct sub-expression `e` of `node` by `fn(e)`, in field order."""
-    for name in node.__dataclass_fields__:
-        value = getattr(node, name)
-        if isinstance(value, ir.Expr):
-            setattr(node, name, fn(value))
-        elif isinstance(value, list) and value and isinstance(value[0], ir.Expr):
-            setattr(node, name, [fn(v) for v in value])
 
 
 class _Inliner(Visitor[Any]):
@@ -166,7 +156,7 @@ class _Inliner(Visitor[Any]):
         before the statement's bodies (which are lowered in place)."""
         pre = self.pre
         operands = iter(self.operands(child_exprs(node), pre))
-        _map_exprs(node, lambda _: next(operands))
+        map_exprs(node, lambda _: next(operands))
         if isinstance(node, ir.Expr):
             return node
         for body in child_blocks(node):

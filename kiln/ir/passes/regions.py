@@ -49,8 +49,7 @@ from ..analysis import reads_and_writes
 from ..enums import MemorySpace
 from ..intrinsics import Variance, intrinsics
 from ..types import ArrayType, ScalarType, i8, i16, i32
-from ..visit import Visitor, walk
-from .common import child_blocks
+from ..visit import Visitor, child_blocks, walk
 from .convergence import Control, FunctionVariance, analyze
 
 UNROLLED_TRIPS = 32

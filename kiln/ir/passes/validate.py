@@ -28,8 +28,7 @@ from ..types import (
     i32,
     i64,
 )
-from ..visit import Visitor, walk
-from .common import child_blocks, child_exprs
+from ..visit import Visitor, child_blocks, child_exprs, walk
 
 
 class InternalError(KernelError):
