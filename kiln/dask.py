@@ -92,7 +92,7 @@ def _rebuild(how: tuple[Any, ...]) -> Kernel:
     _, pyfunc, options, names = how
     for name, value in names.items():
         pyfunc.__globals__.setdefault(name, value)
-    return make_kernel(**options)(pyfunc)  # type: ignore[no-any-return]
+    return make_kernel(**options)(pyfunc)
 
 
 def worker_device(spec: str | None = None) -> Device:

@@ -229,7 +229,8 @@ def smooth_shard(x: f32[:], y: f32[:], start: i32, rows: i32, n: i32):
 # ---------------------------------------------------------------- matrix units
 
 
-def make_matmul_mma(elem: kiln.ScalarType, bm: int = 128, bn: int = 128, bk: int = 32,
+# a kernel factory: the kernel body's shape is the algorithm, tuned on the H100 (C901)
+def make_matmul_mma(elem: kiln.ScalarType, bm: int = 128, bn: int = 128, bk: int = 32,  # noqa: C901
                     wm: int = 64, wn: int = 64, stages: int = 3, group_m: int = 8,
                     prefetch: bool = True) -> kiln.Kernel:
     """A tensor-core GEMM kernel for one element type and tiling: blocks of `bm` x `bn`
@@ -250,8 +251,9 @@ def make_matmul_mma(elem: kiln.ScalarType, bm: int = 128, bn: int = 128, bk: int
     assert stages >= 2 and bk % ks == 0 and wm % 16 == 0 and wn % 8 == 0
     fragment_a, fragment_b = kiln.fragment_a(elem), kiln.fragment_b(elem)
 
+    # the kernel body's shape is the algorithm, tuned on the H100 (C901)
     @kiln.kernel
-    def matmul_mma(a: elem[:, :], b: elem[:, :], c):
+    def matmul_mma(a: elem[:, :], b: elem[:, :], c):  # noqa: C901
         sa = kiln.shared(elem, (stages * bm, bk + vec))  # rows padded by 16 bytes (banks)
         sb = kiln.shared(elem, (stages * bk, bn + vec))
         fa = kiln.local(fragment_a, 2 * mt)  # two sets: this k step's and the next's
@@ -312,8 +314,8 @@ def make_matmul_mma(elem: kiln.ScalarType, bm: int = 128, bn: int = 128, bk: int
             for j in kiln.static_range(nt):
                 kiln.mma_store(c, row0 + wrow + i * 16, col0 + wcol + j * 8, acc, i * nt + j)
 
-    matmul_mma.tile = (bm, bn, bk)  # type: ignore[attr-defined]
-    matmul_mma.threads = threads  # type: ignore[attr-defined]
+    matmul_mma.tile = (bm, bn, bk)
+    matmul_mma.threads = threads
     return matmul_mma
 
 
@@ -322,14 +324,14 @@ def matmul_mma_launch(kernel: kiln.Kernel, a: Any, b: Any, c: Any, **launch: Any
     """Launch a `make_matmul_mma` kernel on (m, k) @ (k, n) -> (m, n), after checking that
     the shapes fit its block tile (the kernel has no bounds checks); `launch` takes
     `device=` and `stream=` as `kiln.launch` does."""
-    bm, bn, bk = kernel.tile  # type: ignore[attr-defined]
+    bm, bn, bk = kernel.tile
     (m, k), (k2, n), (m2, n2) = (tuple(x.shape) for x in (a, b, c))
     if k != k2 or (m, n) != (m2, n2):
         raise ValueError(f"matmul of {(m, k)} and {(k2, n)} into {(m2, n2)}")
     if m % bm or n % bn or k % bk:
         raise ValueError(f"{kernel.name} needs m, n, k multiples of {bm}, {bn}, {bk}; "
                          f"got {m}, {n}, {k}")
-    kiln.launch(kernel, (n // bn, m // bm), kernel.threads, (a, b, c),  # type: ignore
+    kiln.launch(kernel, (n // bn, m // bm), kernel.threads, (a, b, c),
                 **launch)
 
 
@@ -402,13 +404,14 @@ def make_matmul_f32(bk: int = 8) -> kiln.Kernel:
                 kiln.store(c, row, (col0 + h * half) // 4 + tc,
                            kiln.f32x4(acc[base], acc[base + 1], acc[base + 2], acc[base + 3]))
 
-    matmul_f32.tile = (tile, tile, bk)  # type: ignore[attr-defined]
-    matmul_f32.threads = 256  # type: ignore[attr-defined]
+    matmul_f32.tile = (tile, tile, bk)
+    matmul_f32.threads = 256
     return matmul_f32
 
 
 
-def make_matmul_tf32x3(bm: int = 128, bn: int = 128, bk: int = 16, wm: int = 64,
+# a kernel factory: the kernel body's shape is the algorithm, tuned on the H100 (C901)
+def make_matmul_tf32x3(bm: int = 128, bn: int = 128, bk: int = 16, wm: int = 64,  # noqa: C901
                        wn: int = 32, promote: bool = True) -> kiln.Kernel:
     """An fp32 GEMM with fp32 accuracy on the tensor cores ("3xTF32"): tiles are split as
     they are staged (x = hi + lo, hi = kiln.tf32(x), lo = x - hi exactly) into two shared
@@ -423,8 +426,9 @@ def make_matmul_tf32x3(bm: int = 128, bn: int = 128, bk: int = 16, wm: int = 64,
     assert bk % 8 == 0 and wm % 16 == 0 and wn % 8 == 0
     frag_a, frag_b = kiln.fragment_a(f32), kiln.fragment_b(f32)
 
+    # the kernel body's shape is the algorithm, tuned on the H100 (C901)
     @kiln.kernel
-    def matmul_tf32x3(a: f32[:, :], b: f32[:, :], c: f32[:, :]):
+    def matmul_tf32x3(a: f32[:, :], b: f32[:, :], c: f32[:, :]):  # noqa: C901
         a_hi = kiln.shared(f32, (2 * bm, bk + 4))  # padding: conflict-free fragment reads
         a_lo = kiln.shared(f32, (2 * bm, bk + 4))
         b_hi = kiln.shared(f32, (2 * bk, bn + 8))
@@ -500,6 +504,6 @@ def make_matmul_tf32x3(bm: int = 128, bn: int = 128, bk: int = 16, wm: int = 64,
             for j in kiln.static_range(nt):
                 kiln.mma_store(c, row0 + wrow + i * 16, col0 + wcol + j * 8, acc, i * nt + j)
 
-    matmul_tf32x3.tile = (bm, bn, bk)  # type: ignore[attr-defined]
-    matmul_tf32x3.threads = threads  # type: ignore[attr-defined]
+    matmul_tf32x3.tile = (bm, bn, bk)
+    matmul_tf32x3.threads = threads
     return matmul_tf32x3

@@ -12,7 +12,7 @@ from typing import Any
 
 def _c_fflush() -> Callable[[Any], int]:
     try:
-        return ctypes.CDLL(None).fflush  # type: ignore[no-any-return]
+        return ctypes.CDLL(None).fflush
     except (OSError, AttributeError):  # no C library to ask: nothing is buffered there
         return lambda _stream: 0
 

@@ -54,7 +54,7 @@ class WideAccess:
 
     @property
     def elem(self) -> ScalarType:
-        return self.array.type.elem  # type: ignore[attr-defined, no-any-return]
+        return self.array.type.elem  # type: ignore[attr-defined]
 
     @property
     def width(self) -> int:

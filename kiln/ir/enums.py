@@ -58,7 +58,7 @@ class ExtensibleEnum:
             if value is not None and found.value != value:
                 raise ValueError(f"{cls.__name__}.{name} is registered with value "
                                  f"{found.value!r}, not {value!r}")
-            return found  # type: ignore[no-any-return]
+            return found
         if value is None:
             value = 1 + max((v for v in cls._by_value if isinstance(v, int)), default=0)
         elif value in cls._by_value:
@@ -98,14 +98,14 @@ class ExtensibleEnum:
         found = cls._members.get(name)
         if found is None:
             raise KeyError(_unknown(cls, name))
-        return found  # type: ignore[no-any-return]
+        return found
 
     @classmethod
     def from_value(cls: type[E], value: Any) -> E:
         found = cls._by_value.get(value)
         if found is None:
             raise KeyError(f"no {cls.__name__} member has value {value!r}")
-        return found  # type: ignore[no-any-return]
+        return found
 
     @classmethod
     def members(cls: type[E]) -> list[E]:
@@ -176,9 +176,9 @@ def _template_member(template: EnumTemplate, attrs: Any) -> TemplateMember:
     owner = template.owner
     cls = _TEMPLATE_CLASSES.get(owner)
     if cls is None:
-        cls = _TEMPLATE_CLASSES[owner] = type(  # type: ignore[assignment]
+        cls = _TEMPLATE_CLASSES[owner] = type(
             owner.__name__, (TemplateMember, owner), {"_owner": owner}, internal=True)
-    member = object.__new__(cls)  # type: ignore[arg-type]
+    member = object.__new__(cls)
     member.name, member.value, member.template, member.attributes = (
         template.name, template.value, template, attrs)
     return member
@@ -186,7 +186,7 @@ def _template_member(template: EnumTemplate, attrs: Any) -> TemplateMember:
 
 def _owner(member: ExtensibleEnum) -> type[ExtensibleEnum]:
     cls = type(member)
-    return getattr(cls, "_owner", cls)  # type: ignore[no-any-return]
+    return getattr(cls, "_owner", cls)
 
 
 def _member(owner: type[ExtensibleEnum], name: str) -> Any:

@@ -206,7 +206,7 @@ class StructType(Type):
     @property
     def dtype(self) -> np.dtype:
         return np.dtype({"names": [n for n, _ in self.fields],
-                         "formats": [t.dtype for _, t in self.fields]}, align=True)  # type: ignore
+                         "formats": [t.dtype for _, t in self.fields]}, align=True)  # type: ignore[attr-defined, call-overload]
 
     @property
     def itemsize(self) -> int:

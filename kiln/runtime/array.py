@@ -190,7 +190,7 @@ def _dtype_of(dtype: Any) -> np.dtype:
 def _layout(shape: int | tuple[int, ...], dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
     """Host shape and dtype of an array of `shape` elements (a vector type such as f32x4
     adds a last dimension of its length)."""
-    dims = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)  # type: ignore
+    dims = tuple(int(s) for s in np.atleast_1d(shape))  # an int or a sequence of ints
     if isinstance(dtype, VectorType):
         return (*dims, dtype.n), dtype.elem.dtype
     return dims, _dtype_of(dtype)

@@ -322,7 +322,7 @@ class CpuEmitter(CEmitter):
         for name in kept:
             self.line(f"{self.block_stores[name]} = {self.block_values[name]};")
         lockstep = isinstance(loop, ir.LockstepLoop)
-        inductions = [i.var for i in loop.inductions] if lockstep else []  # type: ignore
+        inductions = [i.var for i in loop.inductions] if isinstance(loop, ir.LockstepLoop) else []
         self.thread_locals = {*loads, *loop.private, *inductions}
         self.thread_return = False
         with self.indented(f"{macro} {{"):
@@ -337,7 +337,7 @@ class CpuEmitter(CEmitter):
                 if isinstance(t, ArrayType):
                     self.line(f"{self.storage_type(t.scalar_elem)} *{self.names[name]} = {source};")
                 else:
-                    self.line(f"{self.ctype(t)} {self.names[name]} = {source};")  # type: ignore
+                    self.line(f"{self.ctype(t)} {self.names[name]} = {source};")  # type: ignore[arg-type]
             start = loop.setup if isinstance(loop, ir.LockstepLoop) else loop.body
             initial = _initialisations(start, loop.private)
             for a in initial:

@@ -95,7 +95,7 @@ class CudaEmitter(NativeVectors, CEmitter):
         (the launch passes its size; `Routine` raises the kernel's limit)."""
         shared = {n: t for n, t in locals_.items()
                   if isinstance(t, ArrayType) and t.space is MemorySpace.SHARED}
-        sizes = {n: t.size * t.elem.itemsize for n, t in shared.items()}  # type: ignore
+        sizes = {n: t.size * t.scalar_elem.itemsize for n, t in shared.items()}
         if sum(sizes.values()) <= STATIC_SHARED_LIMIT:
             super().declare_locals(locals_)
             return

@@ -75,4 +75,4 @@ def _argument(value: Any, var: ir.Var, active: np.ndarray, s: ir.Native) -> Any:
     value = materialise(value)
     if isinstance(value, np.ndarray) and value.ndim:
         return value[active]
-    return np.full(int(np.count_nonzero(active)), value, var.type.dtype)  # type: ignore
+    return np.full(int(np.count_nonzero(active)), value, var.type.dtype)  # type: ignore[attr-defined]
