@@ -38,15 +38,28 @@ def smooth_numpy(x: np.ndarray, steps: int) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def parts() -> list[kiln.Device]:
+def cpu_parts() -> list[kiln.Device]:
     cpu = kiln.device("cpu")
     return cpu.split(2) if cpu.capabilities.compute_units >= 2 else [cpu, kiln.device("interp")]
 
 
-def test_split_names_threads_and_memory(parts):
+@pytest.fixture(scope="module", params=["cpu parts", "two GPUs"])
+def parts(request: pytest.FixtureRequest, cpu_parts: list[kiln.Device]) -> list[kiln.Device]:
+    """The two devices every sharding test runs over: the cpu's halves, and two GPUs (copies
+    between them are the driver's peer copies) where the machine has them."""
+    if request.param == "cpu parts":
+        return cpu_parts
+    gpus = [d for d in kiln.devices() if d.backend.name == "cuda"]
+    if len(gpus) < 2:
+        pytest.skip(f"sharding over GPUs needs two CUDA GPUs; this machine has {len(gpus)}")
+    return gpus[:2]
+
+
+def test_split_names_threads_and_memory(cpu_parts):
     cpu = kiln.device("cpu")
     if cpu.capabilities.compute_units < 2:
         pytest.skip("this machine has one core: nothing to split")
+    parts = cpu_parts
     assert [d.name for d in parts] == ["cpu:0.0", "cpu:0.1"]
     assert sum(d.capabilities.compute_units for d in parts) == cpu.capabilities.compute_units
     a = kiln.to_device(np.arange(10, dtype=np.float32), parts[0])
@@ -135,6 +148,8 @@ def test_mixed_backends_shard_like_one_device(parts, other):
     entry = backend_entry(other)
     if not entry.available:
         pytest.skip(f"no {other} device here: {entry.reason}")
+    if parts[0].backend.name == other:
+        pytest.skip(f"{parts[0].name} is already a {other} device: nothing to mix")
     devices = [parts[0], other]
     n = 3001
     x = np.random.default_rng(7).random(n).astype(np.float32)

@@ -161,7 +161,10 @@ class CudaLoader(Loader):
 
 class CudaAllocator(Allocator):
     """Device memory of one context; host copies go through pinned staging buffers; views
-    are pointer offsets (`SubBuffers`)."""
+    are pointer offsets (`SubBuffers`); copies between GPUs are the driver's (`PeerCopy`)."""
+
+    def __init__(self) -> None:
+        self.peers_enabled: set[tuple[int, int]] = set()
 
     def allocate(self, device: Device, nbytes: int) -> Buffer:
         return Buffer.allocate(device.handle, nbytes)
@@ -190,6 +193,44 @@ class CudaAllocator(Allocator):
             dst.context.activate()
             check(api().cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, stream.stream),
                   "cuMemcpyDtoDAsync")
+
+    def copy_peer(self, dst: Buffer, src: Buffer, nbytes: int, src_stream: StreamHandle,
+                  stream: StreamHandle) -> None:
+        """From one GPU to another, queued on the destination's `stream` behind an event on
+        `src_stream`: nothing waits on the host. Direct (NVLink or PCIe peer-to-peer) where
+        the two devices can reach each other's memory, staged by the driver otherwise."""
+        if not nbytes:
+            return
+        drv = api()
+        ready = EventHandle(src.context)
+        check(drv.cuEventRecord(ready.event, src_stream.stream), "cuEventRecord")
+        self.enable_peer_access(dst.context, src.context)
+        check(drv.cuStreamWaitEvent(stream.stream, ready.event, 0), "cuStreamWaitEvent")
+        check(drv.cuMemcpyPeerAsync(dst.ptr, dst.context.handle, src.ptr, src.context.handle,
+                                    nbytes, stream.stream), "cuMemcpyPeerAsync")
+
+    def enable_peer_access(self, dst: Context, src: Context) -> None:
+        """Let `dst`'s device (its context made current) reach `src`'s memory, once per
+        pair, where the hardware allows: the copy engines then move the data over NVLink or
+        PCIe without the host. kiln allocates from the device's stream-ordered pool, whose
+        peers are granted per pool; memory from other libraries follows the context."""
+        pair = (dst.ordinal, src.ordinal)
+        dst.activate()
+        if pair in self.peers_enabled:
+            return
+        self.peers_enabled.add(pair)
+        drv = api()
+        if not check(drv.cuDeviceCanAccessPeer(dst.device, src.device), "cuDeviceCanAccessPeer"):
+            return  # cuMemcpyPeerAsync stages through the host
+        # Already enabled (by another library in this process) or refused (too many peers):
+        # either way cuMemcpyPeerAsync still copies, so the status is no error.
+        drv.cuCtxEnablePeerAccess(src.handle, 0)
+        access = drv.CUmemAccessDesc()
+        access.location.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        access.location.id = dst.ordinal
+        access.flags = drv.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        pool = check(drv.cuDeviceGetMemPool(src.device), "cuDeviceGetMemPool")
+        check(drv.cuMemPoolSetAccess(pool, [access], 1), "cuMemPoolSetAccess")
 
 
 class CudaQueue(Queue):
