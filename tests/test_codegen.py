@@ -126,7 +126,7 @@ def test_compiler_errors_point_at_the_users_line() -> None:
     from kiln.backends.cpu.toolchain import compile_command, toolchain
 
     class Broken(CpuEmitter):
-        namespaces = ("broken_test", "cpu", "c")
+        namespaces = ("broken_test", *CpuEmitter.namespaces)
 
     try:
         env = toolchain().env.with_flags("-Dkiln_block_dim_x=1", "-Dkiln_block_dim_y=1",

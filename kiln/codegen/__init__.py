@@ -2,15 +2,22 @@
 
 `CEmitter` is the one walker over IR; a backend's dialect is a small subclass that sets
 data and registers spellings in `kiln.ir.intrinsics` under its namespace.
+`ThreadLoopEmitter` is the dialect base for targets that run a block's threads as loops
+(`lower_thread_loops`' output: the cpu backend's C + OpenMP, or plain serial C), with
+`launch_format` the layout of its `kiln_entry` launch slots. `SourceCompiler` is the
+compiler part of a JIT backend that renders C-family source with an emitter.
 `kernel_abi` is the one definition of how kernel parameters are flattened for launches.
 """
 
 from ..ir.abi import AbiParam, abi_values, function_abi, kernel_abi
 from ..ir.visit import handles
-from . import c_intrinsics  # noqa: F401 - registers the "c" namespace
+from . import c_intrinsics, threadloop_intrinsics  # noqa: F401 - the "c", "threads" spellings
+from .compiler import SourceCompiler
 from .diagnostics import compile_error
 from .emitter import GENERATED_FILE, CEmitter, CExpr
 from .names import NameTable
+from .threadloops import BLOCK_DIMS, ThreadLoopEmitter, launch_format, thread_loop_prologue
 
-__all__ = ["AbiParam", "CEmitter", "CExpr", "GENERATED_FILE", "NameTable", "abi_values",
-           "compile_error", "function_abi", "handles", "kernel_abi"]
+__all__ = ["BLOCK_DIMS", "GENERATED_FILE", "AbiParam", "CEmitter", "CExpr", "NameTable",
+           "SourceCompiler", "ThreadLoopEmitter", "abi_values", "compile_error", "function_abi",
+           "handles", "kernel_abi", "launch_format", "thread_loop_prologue"]

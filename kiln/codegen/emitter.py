@@ -129,7 +129,8 @@ class CEmitter(Visitor[Any]):
     """Qualifier on pointer parameters per memory space (OpenCL `__global`)."""
     table_qualifier: ClassVar[str] = "static const"
     """Declares a constant table at program scope (CUDA `__constant__`)."""
-    prologue: str = "#include <stdint.h>\n#include <stdbool.h>\n#include <math.h>\n"
+    prologue: str = ("#include <stdint.h>\n#include <stdbool.h>\n#include <stdio.h>\n"
+                     "#include <math.h>\n")
     """Starts the translation unit; a dialect may extend it per program (CUDA's half type)."""
     reserved: ClassVar[frozenset[str]] = RESERVED
     half_math_via_float: ClassVar[bool] = True

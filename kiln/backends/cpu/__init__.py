@@ -6,7 +6,7 @@ unavailable (with the reason) rather than failing the import.
 
 from ...codegen.library import register_library_target
 from ...framework.registry import register_backend
-from . import atomics, vmath  # noqa: F401 - register the "cpu" intrinsic spellings
+from . import vmath  # noqa: F401 - registers the "cpu" intrinsic spellings
 from .backend import CpuBackend
 from .dialect import CpuEmitter
 from .library import CpuLibrary

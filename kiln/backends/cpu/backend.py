@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-import struct
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
@@ -15,6 +14,7 @@ from typing import Any
 
 from ...codegen.compiler import SourceCompiler
 from ...codegen.diagnostics import compile_error
+from ...codegen.threadloops import BLOCK_DIMS, launch_format
 from ...framework.backend import (
     Availability,
     Capabilities,
@@ -26,13 +26,13 @@ from ...framework.backend import (
 )
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
 from ...framework.cache import CacheEntry, CompileCache, cache_key
-from ...ir.abi import AbiParam, abi_values
+from ...ir.abi import abi_values
 from ...ir.intrinsics import atomic_capabilities
 from ...ir.passes import lower_thread_loops, widen_index_arithmetic
 from ...options import DEFAULT_OPTIONS, KernelOptions
 from ...runtime.device import Device
 from ...runtime.host import HostAllocator, HostQueue, HostStream, host_memory_bytes
-from .dialect import BLOCK_DIMS, SLOT, CpuEmitter
+from .dialect import CpuEmitter
 from .toolchain import OPTION_FLAGS, compile_command, toolchain
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -40,21 +40,6 @@ SMALL_LAUNCH = 8192
 """Launches of fewer threads in all run on one OpenMP thread: waking a second costs more
 than it saves (tens of microseconds)."""
 SHARED_MEMORY_PER_BLOCK = 64 * 1024
-STRUCT_CODES = {"bool_": "?", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B",
-                "u16": "H", "u32": "I", "u64": "Q", "f16": "e", "bf16": "H", "f32": "f",
-                "f64": "d"}
-
-
-def launch_format(abi: Sequence[AbiParam]) -> struct.Struct:
-    """The launch slots: ABI values, grid dims, OpenMP threads; 8 bytes each."""
-    codes = []
-    for p in abi:
-        code = "Q" if p.kind == "pointer" else STRUCT_CODES[p.type.name]
-        codes.append(f"{code}{SLOT - struct.calcsize('=' + code)}x")
-    codes += ["i4x"] * 4
-    return struct.Struct("=" + "".join(codes))
-
-
 @dataclass
 class CpuBinary:
     """One loaded binary (for one block shape): the entry point and its library."""
@@ -174,7 +159,7 @@ class CpuBackend(JITBackend):
 
     name = "cpu"
     priority = 50
-    intrinsic_namespaces = ("cpu", "c")
+    intrinsic_namespaces = CpuEmitter.namespaces
     supports_recursion = True  # C functions may call themselves
     codegen_passes = (lower_thread_loops, widen_index_arithmetic)
     """After the shared pipeline (its device feature check: f16 needs gcc's _Float16; warp

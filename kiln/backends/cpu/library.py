@@ -17,11 +17,11 @@ from ...codegen.library import LibraryTarget
 from ...codegen.library.entries import EntryPoint
 from ...codegen.library.glue import api_macro, common_source, launch_functions
 from ...codegen.library.host import compile_object, link_library
+from ...codegen.threadloops import BLOCK_DIMS, SLOT
 from ...framework.actions import ActionError
 from ...framework.backend import Dim3
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
 from .backend import MAX_THREADS_PER_BLOCK, SMALL_LAUNCH, CpuBackend, build_env
-from .dialect import BLOCK_DIMS, SLOT
 from .toolchain import toolchain
 
 DEFAULT_BLOCKS: tuple[Dim3, ...] = ((256, 1, 1),)
@@ -217,7 +217,7 @@ def _variant(kernel_source: str, index: int, block: Dim3 | None) -> str:
 
 
 def _launch_body(e: EntryPoint, variants: int) -> str:
-    """Pack the launch slots (`backend.launch_format`) and run the matching variant."""
+    """Pack the launch slots (`threadloops.launch_format`) and run the matching variant."""
     count = len(e.params)
     lines = [f"    unsigned char kiln_slots[{(count + 4) * SLOT}] = {{0}};"]
     for slot, p in enumerate(e.params):

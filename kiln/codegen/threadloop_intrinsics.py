@@ -1,18 +1,21 @@
-"""The cpu backend's intrinsic spellings: index names, barrier, fences and atomics.
+"""Intrinsic spellings of thread-loop C (namespace "threads"): index names, fences, atomics.
 
-Atomics on global memory use gcc/clang `__atomic` builtins (relaxed, as CUDA's are); float
-add/min/max and integer min/max are compare-and-swap loops. Atomics on shared and local
-arrays need no atomicity (one OS thread runs a whole block) and use `plain_*` helpers.
+The index intrinsics are the variables `ThreadLoopEmitter`'s loops define
+(`kiln_thread_idx_x`, `kiln_block_idx_x`, `kiln_grid_dim_x`, ...); barriers are gone after
+`lower_thread_loops`. Atomics on global memory use gcc/clang `__atomic` builtins (relaxed,
+as CUDA's are); float add/min/max and integer min/max are compare-and-swap loops. Atomics
+on shared and local arrays need no atomicity (one OS thread runs a whole block) and use the
+`plain_*` helpers.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...codegen.helpers import HelperTemplate
-from ...ir import nodes as ir
-from ...ir.intrinsics import INDEX_BASES, intrinsics
-from ...ir.types import ScalarType
+from ..ir import nodes as ir
+from ..ir.intrinsics import INDEX_BASES, intrinsics
+from ..ir.types import ScalarType
+from .helpers import HelperTemplate
 
 RELAXED = "__ATOMIC_RELAXED"
 OPS = ("add", "sub", "min", "max", "and", "or", "xor", "exch")
@@ -78,10 +81,11 @@ def _atomic(op: str) -> Any:
     return spell
 
 
-CPU_IMPLS: dict[str, Any] = {f"{b}_{a}": f"kiln_{b}_{a}" for b in INDEX_BASES for a in "xyz"}
-CPU_IMPLS.update({f"atomic_{op}": _atomic(op) for op in OPS})
-CPU_IMPLS["atomic_cas"] = _atomic("cas")
-CPU_IMPLS["mem_fence"] = "__atomic_thread_fence(__ATOMIC_SEQ_CST)"
-CPU_IMPLS["barrier"] = "/* barrier */ (void)0"
+THREAD_LOOP_IMPLS: dict[str, Any] = {f"{b}_{a}": f"kiln_{b}_{a}"
+                                     for b in INDEX_BASES for a in "xyz"}
+THREAD_LOOP_IMPLS.update({f"atomic_{op}": _atomic(op) for op in OPS})
+THREAD_LOOP_IMPLS["atomic_cas"] = _atomic("cas")
+THREAD_LOOP_IMPLS["mem_fence"] = "__atomic_thread_fence(__ATOMIC_SEQ_CST)"
+THREAD_LOOP_IMPLS["barrier"] = "/* barrier */ (void)0"
 
-intrinsics.implement("cpu", CPU_IMPLS)
+intrinsics.implement("threads", THREAD_LOOP_IMPLS)
