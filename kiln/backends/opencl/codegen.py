@@ -117,7 +117,9 @@ SPELLINGS: dict[str, object] = {
 
 
 def _barrier(emitter: CEmitter, call: ir.IntrinsicCall, args: list[str]) -> str:
-    fenced = getattr(emitter, "global_barriers", None)
+    """A local fence where no global memory needs ordering at this barrier (the program's
+    `global_barriers`); both fences from a dialect that did not work that out."""
+    fenced = emitter.global_barriers if isinstance(emitter, OpenCLEmitter) else None
     global_fence = fenced is None or id(call) in fenced
     return f"barrier({BOTH_FENCES if global_fence else LOCAL_FENCE})"
 
