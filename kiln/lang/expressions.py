@@ -81,11 +81,7 @@ class Expressions(Part):
     def expr(self, node: ast.expr) -> ir.Expr:
         handler = self.handlers.get(type(node))
         if handler is None:
-            what = UNSUPPORTED_EXPRESSIONS.get(type(node))
-            if what is not None:
-                raise UnsupportedError(f"kernels do not support {what}", self.loc(node))
-            raise UnsupportedError(f"{type(node).__name__} expressions are not supported in "
-                                   "kernels", self.loc(node))
+            raise self.unsupported(node, UNSUPPORTED_EXPRESSIONS, "expressions")
         return handler(node)
 
     # ------------------------------------------------------------ constants

@@ -61,11 +61,7 @@ class Statements(Part):
     def stmt(self, node: ast.stmt) -> list[ir.Stmt]:
         handler = self.handlers.get(type(node))
         if handler is None:
-            what = UNSUPPORTED_STATEMENTS.get(type(node))
-            if what is not None:
-                raise UnsupportedError(f"kernels do not support {what}", self.loc(node))
-            raise UnsupportedError(f"{type(node).__name__} statements are not supported in "
-                                   "kernels", self.loc(node))
+            raise self.unsupported(node, UNSUPPORTED_STATEMENTS, "statements")
         return handler(node)
 
     def pass_stmt(self, node: ast.Pass) -> list[ir.Stmt]:

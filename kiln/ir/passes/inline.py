@@ -120,20 +120,19 @@ class _Inliner(Visitor[Any]):
         return lowered
 
     def visit_Assign(self, s: ir.Assign) -> list[ir.Stmt]:
-        call = s.value
-        if not (isinstance(call, ir.Call) and call.func in self.names):
-            return self.generic_visit(s)
-        pre = self.pre
-        args = self.operands(call.args, pre)
-        return [*pre, *self.expand(call, args, s.target)]
+        return self.call_statement(s, s.value, s.target)
 
     def visit_ExprStmt(self, s: ir.ExprStmt) -> list[ir.Stmt]:
-        call = s.expr
+        return self.call_statement(s, s.expr, None)
+
+    def call_statement(self, s: ir.Stmt, call: ir.Expr, target: str | None) -> list[ir.Stmt]:
+        """A statement whose whole value is a call to an inlined function: the callee's body
+        in its place (its result into `target`); any other statement as usual."""
         if not (isinstance(call, ir.Call) and call.func in self.names):
             return self.generic_visit(s)
         pre = self.pre
         args = self.operands(call.args, pre)
-        return [*pre, *self.expand(call, args, None)]
+        return [*pre, *self.expand(call, args, target)]
 
     def visit_Store(self, s: ir.Store) -> list[ir.Stmt]:
         pre = self.pre
