@@ -117,9 +117,9 @@ def _worker_number() -> int | None:
 
 
 LAUNCHING = threading.Lock()
-"""One chunk at a time per process: kiln's launch path is not safe to enter from several
-threads at once (Dask's threaded scheduler, a worker with several threads), and each
-launch already uses the whole device."""
+"""One chunk at a time per process (Dask's threaded scheduler, a worker with several
+threads): each launch already uses the whole device, so chunks launched at once would only
+contend for it."""
 
 
 class ChunkLaunch:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import threading
 from typing import Any, ClassVar
 
 import numpy as np
@@ -52,20 +53,27 @@ class Buffer:
 
 
 class PinnedStaging:
-    """Reusable page-locked host buffers, each guarded by the event of its last copy."""
+    """Reusable page-locked host buffers, each guarded by the event of its last copy. A
+    lock makes choosing a free buffer, filling it and recording its event one step, so
+    threads copying at once never fill the same buffer (the fill releases the GIL)."""
 
     _per_context: ClassVar[dict[int, PinnedStaging]] = {}
+    _creating: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, context: Context) -> None:
         self.context = context
         self.blocks: list[tuple[int, int, Any]] = []  # (host pointer, size, event)
+        self.lock = threading.Lock()
 
     @classmethod
     def of(cls, context: Context) -> PinnedStaging:
         """The staging buffers of one device."""
         staging = cls._per_context.get(context.ordinal)
         if staging is None:
-            staging = cls._per_context[context.ordinal] = cls(context)
+            with cls._creating:
+                staging = cls._per_context.get(context.ordinal)
+                if staging is None:
+                    staging = cls._per_context[context.ordinal] = cls(context)
         return staging
 
     def _block(self, nbytes: int) -> tuple[int, Any]:
@@ -87,10 +95,11 @@ class PinnedStaging:
             check(drv.cuMemcpyHtoDAsync(dst, src.ctypes.data, nbytes, stream),
                   "cuMemcpyHtoDAsync")
             return
-        ptr, event = self._block(nbytes)
-        ctypes.memmove(ptr, src.ctypes.data, nbytes)
-        check(drv.cuMemcpyHtoDAsync(dst, ptr, nbytes, stream), "cuMemcpyHtoDAsync")
-        check(drv.cuEventRecord(event, stream), "cuEventRecord")
+        with self.lock:
+            ptr, event = self._block(nbytes)
+            ctypes.memmove(ptr, src.ctypes.data, nbytes)
+            check(drv.cuMemcpyHtoDAsync(dst, ptr, nbytes, stream), "cuMemcpyHtoDAsync")
+            check(drv.cuEventRecord(event, stream), "cuEventRecord")
 
     def close(self) -> None:
         drv = api()
