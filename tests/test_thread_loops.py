@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import requires_backend
+from conftest import marked_line, requires_backend
 
 import kiln
 from kiln import f32, i32
@@ -155,3 +155,16 @@ def test_index_arithmetic_is_widened_to_64_bits() -> None:
     assert isinstance(index, ir.BinOp) and index.type == i64
     assert isinstance(index.left, ir.Cast) and index.right.type == i64
     validate(program)
+
+
+@kiln.kernel
+def lanes(out: i32[:]):
+    out[kiln.global_id(0)] = kiln.lane_id()  # error
+
+
+def test_warp_operations_left_for_thread_loops_name_the_capability() -> None:
+    """A backend whose devices claim warps wider than one thread gets a message saying so,
+    not a missing spelling for `lane_id`."""
+    with pytest.raises(kiln.UnsupportedError, match=r"Capabilities\(warp_size=1\)") as info:
+        lowered(lanes)
+    assert info.value.loc is not None and info.value.loc.line == marked_line(lanes)

@@ -4,7 +4,8 @@
 data and registers spellings in `kiln.ir.intrinsics` under its namespace.
 `ThreadLoopEmitter` is the dialect base for targets that run a block's threads as loops
 (`lower_thread_loops`' output: the cpu backend's C + OpenMP, or plain serial C), with
-`launch_format` the layout of its `kiln_entry` launch slots. `SourceCompiler` is the
+`launch_format` the layout of its `kiln_entry` launch slots and `team_size` what its
+thread slot holds. `SourceCompiler` is the
 compiler part of a JIT backend that renders C-family source with an emitter.
 `kernel_abi` is the one definition of how kernel parameters are flattened for launches.
 """
@@ -16,8 +17,17 @@ from .compiler import SourceCompiler
 from .diagnostics import compile_error
 from .emitter import GENERATED_FILE, CEmitter, CExpr
 from .names import NameTable
-from .threadloops import BLOCK_DIMS, ThreadLoopEmitter, launch_format, thread_loop_prologue
+from .threadloops import (
+    BLOCK_DIMS,
+    SMALL_LAUNCH,
+    ThreadLoopEmitter,
+    host_threads,
+    launch_format,
+    team_size,
+    thread_loop_prologue,
+)
 
-__all__ = ["BLOCK_DIMS", "GENERATED_FILE", "AbiParam", "CEmitter", "CExpr", "NameTable",
-           "SourceCompiler", "ThreadLoopEmitter", "abi_values", "compile_error", "function_abi",
-           "handles", "kernel_abi", "launch_format", "thread_loop_prologue"]
+__all__ = ["BLOCK_DIMS", "GENERATED_FILE", "SMALL_LAUNCH", "AbiParam", "CEmitter", "CExpr",
+           "NameTable", "SourceCompiler", "ThreadLoopEmitter", "abi_values", "compile_error",
+           "function_abi", "handles", "host_threads", "kernel_abi", "launch_format",
+           "team_size", "thread_loop_prologue"]

@@ -21,6 +21,7 @@ serial C11.
 from __future__ import annotations
 
 import contextlib
+import os
 import struct
 from collections.abc import Iterator, Sequence
 from typing import ClassVar
@@ -60,6 +61,30 @@ def launch_format(abi: Sequence[AbiParam]) -> struct.Struct:
 
 LINEAR_THREAD = ("const int32_t kiln_t = (kiln_thread_idx_z * kiln_block_dim_y + "
                  "kiln_thread_idx_y) * kiln_block_dim_x + kiln_thread_idx_x;")
+
+
+SMALL_LAUNCH = 8192
+"""Launches of fewer threads in all run on one host thread: waking a second costs more than
+it saves (tens of microseconds)."""
+
+
+def host_threads() -> int:
+    """Host threads a launch may use: `KILN_NUM_THREADS`, else every core this process may
+    run on."""
+    env = os.environ.get("KILN_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def team_size(grid: Sequence[int], block: Sequence[int], threads: int) -> int:
+    """What `kiln_entry`'s thread slot should hold for one launch (the value of
+    `kiln_num_threads` in `parallel_pragma`): at most `threads` (`host_threads()`, or a
+    split device's share) and the number of blocks, and 1 for a small launch."""
+    blocks = grid[0] * grid[1] * grid[2]
+    if blocks * block[0] * block[1] * block[2] < SMALL_LAUNCH:
+        return 1
+    return min(threads, blocks)
 
 
 def _initialisations(body: list[ir.Stmt], private: list[str]) -> list[ir.Assign]:
@@ -131,10 +156,14 @@ class ThreadLoopEmitter(CEmitter):
     function_qualifier = "static inline"
     helpers: ClassVar[dict[str, HelperTemplate]] = {**C_HELPERS, **ATOMIC_HELPERS}
     parallel_pragma: ClassVar[str] = ""
-    """Opens the scope in which one host thread runs blocks (OpenMP: `#pragma omp parallel
-    num_threads(kiln_num_threads)`); its block storage is declared once per host thread."""
+    """A whole line before the scope in which host threads run blocks; the block storage
+    (shared arrays, block and thread variables) is declared inside it, once per host
+    thread. The kernel's parameter `kiln_num_threads` holds `kiln_entry`'s thread slot. The
+    cpu backend's: `#pragma omp parallel num_threads(kiln_num_threads)`."""
     block_loop_pragma: ClassVar[str] = ""
-    """Before the three loops over the grid's blocks (OpenMP: `#pragma omp for collapse(3)`)."""
+    """A whole line before the loops over the grid's blocks, three nested `for`s (z, y, x),
+    which split the blocks among the host threads: the cpu backend's is `#pragma omp for
+    collapse(3) schedule(guided)` (without `collapse(3)` only z would be split)."""
 
     def begin_function(self, func: ir.Function) -> None:
         super().begin_function(func)

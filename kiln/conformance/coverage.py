@@ -3,8 +3,8 @@
 Computed by building every conformance kernel's program (for its annotations or its
 declared signatures) and walking it, as the frontend makes it, after `lower_aggregates`
 (which makes the nodes every backend sees instead of records and vectors, `VectorAccess`)
-and after `lower_thread_loops` (the explicit block and thread loops of non-SIMT targets),
-against what the IR and the intrinsic registry define.
+and after `lower_thread_loops` (the explicit block and thread loops of non-SIMT targets,
+whose warps have one thread), against what the IR and the intrinsic registry define.
 Adding an IR node, an operator or an intrinsic without a conformance case shows up here.
 """
 
@@ -18,7 +18,12 @@ from ..execution.kernel import Kernel
 from ..ir import nodes as ir
 from ..ir.intrinsics import intrinsics
 from ..ir.nodes import Program
-from ..ir.passes import inline_aggregate_returns, lower_aggregates, lower_thread_loops
+from ..ir.passes import (
+    inline_aggregate_returns,
+    lower_aggregates,
+    lower_single_lane_warps,
+    lower_thread_loops,
+)
 from ..ir.passes.validate import BINOPS, COMPARES, UNARY
 from ..ir.visit import walk
 from .cases import MODULES
@@ -91,5 +96,5 @@ def suite_coverage() -> Coverage:
             coverage.add(program)
             lowered = lower_aggregates(inline_aggregate_returns(program))
             coverage.add(lowered)
-            coverage.add(lower_thread_loops(lowered))
+            coverage.add(lower_thread_loops(lower_single_lane_warps(lowered)))
     return coverage

@@ -40,17 +40,26 @@ class BuildEnv:
     def with_flags(self, *flags: str) -> BuildEnv:
         return replace(self, flags=(*self.flags, *flags)) if flags else self
 
-    def command_args(self) -> list[str]:
-        """Flags, defines, include and library options in the usual C-compiler spelling."""
+    def with_defines(self, *defines: str) -> BuildEnv:
+        """More `NAME=value` defines (a thread-loop kernel's block shape, for one)."""
+        return replace(self, defines=(*self.defines, *defines)) if defines else self
+
+    def compile_args(self) -> list[str]:
+        """Flags, defines and include paths in the usual C-compiler spelling: before the
+        sources."""
         args = list(self.flags)
         args += [f"-D{d}" for d in self.defines]
         args += [f"-I{d}" for d in self.include_dirs]
-        args += [f"-L{d}" for d in self.library_dirs]
-        args += [f"-l{lib}" for lib in self.libraries]
         return args
 
+    def link_args(self) -> list[str]:
+        """Library paths and libraries: after the sources and objects (a linker that drops
+        unneeded libraries, `--as-needed`, keeps only those a preceding input uses)."""
+        return [f"-L{d}" for d in self.library_dirs] + [f"-l{lib}" for lib in self.libraries]
+
     def describe(self) -> str:
-        return f"{' '.join(self.compiler)} ({self.version}) {' '.join(self.command_args())}"
+        args = [*self.compile_args(), *self.link_args()]
+        return f"{' '.join(self.compiler)} ({self.version}) {' '.join(args)}"
 
 
 class ToolNotFoundError(RuntimeError):

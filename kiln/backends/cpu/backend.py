@@ -14,7 +14,7 @@ from typing import Any
 
 from ...codegen.compiler import SourceCompiler
 from ...codegen.diagnostics import compile_error
-from ...codegen.threadloops import BLOCK_DIMS, launch_format
+from ...codegen.threadloops import BLOCK_DIMS, host_threads, launch_format, team_size
 from ...framework.backend import (
     Availability,
     Capabilities,
@@ -36,9 +36,6 @@ from .dialect import CpuEmitter
 from .toolchain import OPTION_FLAGS, compile_command, toolchain
 
 MAX_THREADS_PER_BLOCK = 1024
-SMALL_LAUNCH = 8192
-"""Launches of fewer threads in all run on one OpenMP thread: waking a second costs more
-than it saves (tens of microseconds)."""
 SHARED_MEMORY_PER_BLOCK = 64 * 1024
 @dataclass
 class CpuBinary:
@@ -69,7 +66,7 @@ class CpuKernel:
     def binary(self, block: Dim3) -> CpuBinary:
         found = self.binaries.get(block)
         if found is None:
-            env = self.env.with_flags(*(f"-D{n}={d}" for n, d in zip(BLOCK_DIMS, block)))
+            env = self.env.with_defines(*(f"{n}={d}" for n, d in zip(BLOCK_DIMS, block)))
             source = self.compiled.source
             key = cache_key("cpu", source, env, toolchain().arch, self.compiled.options)
             name = self.compiled.metadata.get("kernel", self.compiled.entry)
@@ -81,7 +78,7 @@ class CpuKernel:
     def launch(self, grid: Dim3, block: Dim3, args: Sequence[Any], stream: HostStream) -> None:
         entry = self.binary(block).entry
         values = abi_values(self.compiled.params, args, lambda a: a.buffer.ctypes.data)
-        threads = self.team_size(grid, block, stream.threads or _num_threads())
+        threads = self.team_size(grid, block, stream.threads or host_threads())
         packed = self.layout.pack(*values, *grid, threads)
         keep = [a.buffer for a in args if hasattr(a, "buffer")]  # alive until the launch ran
 
@@ -115,22 +112,6 @@ def build_env(options: KernelOptions = DEFAULT_OPTIONS) -> BuildEnv:
     chosen = options.as_dict()
     flags = [f for k, v in chosen.items() if v for f in OPTION_FLAGS.get(k, ())]
     return toolchain().env.with_flags(*flags)
-
-
-def _num_threads() -> int:
-    env = os.environ.get("KILN_NUM_THREADS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def team_size(grid: Dim3, block: Dim3, threads: int) -> int:
-    """OpenMP threads for one launch: no more than the device's threads and the blocks,
-    one for a small launch."""
-    blocks = grid[0] * grid[1] * grid[2]
-    if blocks * block[0] * block[1] * block[2] < SMALL_LAUNCH:
-        return 1
-    return min(threads, blocks)
 
 
 def _passive_waits() -> None:
@@ -179,7 +160,7 @@ class CpuBackend(JITBackend):
 
     def device_handles(self) -> Sequence[tuple[Any, Capabilities]]:
         tc = toolchain()
-        threads = _num_threads()
+        threads = host_threads()
         caps = Capabilities(
             backend="cpu", name=_cpu_name(), kind=DeviceKind.CPU,
             max_threads_per_block=MAX_THREADS_PER_BLOCK,

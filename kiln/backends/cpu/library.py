@@ -17,11 +17,11 @@ from ...codegen.library import LibraryTarget
 from ...codegen.library.entries import EntryPoint
 from ...codegen.library.glue import api_macro, common_source, launch_functions
 from ...codegen.library.host import compile_object, link_library
-from ...codegen.threadloops import BLOCK_DIMS, SLOT
+from ...codegen.threadloops import BLOCK_DIMS, SLOT, SMALL_LAUNCH
 from ...framework.actions import ActionError
 from ...framework.backend import Dim3
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
-from .backend import MAX_THREADS_PER_BLOCK, SMALL_LAUNCH, CpuBackend, build_env
+from .backend import MAX_THREADS_PER_BLOCK, CpuBackend, build_env
 from .toolchain import toolchain
 
 DEFAULT_BLOCKS: tuple[Dim3, ...] = ((256, 1, 1),)

@@ -69,7 +69,8 @@ class Toolchain:
 def compile_command(env: BuildEnv, output: str, libraries: tuple[str, ...] = ()) -> list[str]:
     """Compile C source from stdin into a shared library (stdin keeps output deterministic),
     linking `libraries` after it."""
-    return [*env.compiler, *env.command_args(), "-x", "c", "-", "-o", output, *libraries]
+    return [*env.compiler, *env.compile_args(), "-x", "c", "-", "-o", output, *env.link_args(),
+            *libraries]
 
 
 def _user_flags() -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...errors import UnsupportedError
 from .. import nodes as ir
 from ..intrinsics import intrinsics
 from ..types import ArrayType, i8, i16, i32, i64
@@ -36,6 +37,7 @@ NARROW_SIGNED = (i8, i16, i32)
 def lower_thread_loops(program: ir.Program) -> ir.Program:
     """The kernel's body as one `BlockLoop` of thread loops; index intrinsics passed to
     device functions as parameters."""
+    _refuse_warp_operations(program)
     program = clone_program(program)
     _pass_index_intrinsics(program)
     plan = plan_kernel(program)
@@ -44,6 +46,19 @@ def lower_thread_loops(program: ir.Program) -> ir.Program:
     kernel.body = [ir.BlockLoop(body, plan.thread, [*plan.block, *plan.uniform], plan.exits,
                                 loc=kernel.loc)]
     return program
+
+
+def _refuse_warp_operations(program: ir.Program) -> None:
+    """Threads that run one after another are warps of one thread: the pipeline lowers warp
+    operations only on devices that say so, so one left here means the backend's
+    capabilities claim wider warps."""
+    for func in (*program.functions, program.kernel):
+        for node in walk(func.body):
+            if isinstance(node, ir.IntrinsicCall) and intrinsics[node.name].category == "warp":
+                raise UnsupportedError(
+                    f"{node.name} cannot run on threads executed as loops: a backend using "
+                    f"lower_thread_loops must give its devices Capabilities(warp_size=1), "
+                    f"which lowers warp operations first", node.loc)
 
 
 class _Builder:
