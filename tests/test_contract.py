@@ -57,6 +57,12 @@ def test_builtin_backends_declare_their_optional_protocols() -> None:
         assert issubclass(launchable, kiln.PreparesLaunch)
 
 
+def test_a_backend_without_raw_kernels_says_so_before_checking_arguments() -> None:
+    k = kiln.RawKernel("void f(float *a) {}", "f", backend="interp")
+    with pytest.raises(kiln.LaunchError, match="backend 'interp' does not load raw kernels"):
+        k[1, 1](np.zeros(4, np.float32))  # a NumPy array, which raw kernels do not take
+
+
 def test_supports_refuses_a_class() -> None:
     """Remembered per class, a class argument would get the answer cached for `type`."""
 

@@ -51,8 +51,8 @@ def test_examples_used_public_names_only() -> None:
     for example in EXAMPLES:
         for module in re.findall(r"^from (kiln[\w.]*) import", example, re.M):
             assert module in ("kiln", "kiln.backends.interp", "kiln.codegen", "kiln.conformance",
-                              "kiln.execution.drivers", "kiln.ir", "kiln.ir.passes",
-                              "kiln.ir.visit"), module
+                              "kiln.execution.drivers", "kiln.ir", "kiln.ir.intrinsics",
+                              "kiln.ir.passes", "kiln.ir.visit"), module
     assert kiln.register_intrinsic and kiln.register_operation
 
 

@@ -66,11 +66,12 @@ class RawKernel:
         if dev.backend.name != self.backend_name:
             raise LaunchError(f"{self.name} is a {self.backend_name} kernel; "
                               f"{dev.name} is a {dev.backend.name} device")
+        routine = self.routine(dev)  # first: a backend without raw kernels says so
         grid3, block3 = as_dim3(grid, "grid"), as_dim3(block, "block")
         validate_dims(grid3, block3, dev)
         values = [self._argument(i, a, dev) for i, a in enumerate(args)]
         stream = stream or dev.default_stream
-        self.routine(dev).launch(grid3, block3, values, stream.handle)
+        routine.launch(grid3, block3, values, stream.handle)
 
     def _argument(self, i: int, value: Any, dev: Device) -> Any:
         if isinstance(value, DeviceArray):

@@ -23,7 +23,11 @@ if TYPE_CHECKING:
 
 
 class HostStream:
-    """`threads`: how many host threads the work of this stream may use (None: all)."""
+    """A worker thread running queued callables in order. `threads` is for the backend: how
+    many host threads the work queued here may use (None: all); kiln only stores it, and a
+    backend reads `stream.threads` when it launches (the cpu backend's `team_size`). A
+    split device's queue makes its streams with its share (`HostQueue.create_stream` makes
+    them with None)."""
 
     def __init__(self, name: str = "kiln-stream", threads: int | None = None) -> None:
         self.threads = threads
