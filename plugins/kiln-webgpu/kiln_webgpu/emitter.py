@@ -108,6 +108,7 @@ class WGSLEmitter(AtomicArrays, CEmitter):
     def begin_function(self, func: ir.Function) -> None:
         """Names of one function, which module-scope names are reserved against."""
         self.func = func
+        self.pointers = {p.name for p in func.params if _by_pointer(p.type)}
         self.ranges = WRAPS_ALREADY
         self.names = NameTable(self.reserved | self.module_names.taken)
         for p in func.params:
@@ -125,20 +126,23 @@ class WGSLEmitter(AtomicArrays, CEmitter):
             return self.globals[name[len(GLOBAL_PREFIX):]]
         if name in self.program.tables or (self.func.is_kernel and name in self.globals):
             return self.globals[name]
-        return self.names[name]
+        return f"(*{self.names[name]})" if name in self.pointers else self.names[name]
 
     def emit_function(self, func: ir.Function) -> None:
         """`fn f(n_in: i32) -> f32`: parameters are copied into variables, since Python
         may assign them and WGSL's parameters are values."""
         self.begin_function(func)
-        params = []
+        params, pointers = [], []
         for p in func.params:
-            if isinstance(p.type, ArrayType):  # a module-scope array (specialise.py)
-                continue
-            inner = self.names.fresh(f"{self.names[p.name]}_in")
-            params.append((p, inner))
-        signature = ", ".join(f"{inner}: {self.ctype(p.type)}"  # type: ignore[arg-type]
-                              for p, inner in params)
+            if _by_pointer(p.type):  # a caller's local array
+                assert isinstance(p.type, ArrayType)
+                element = self.element_type(p.name, p.type.scalar_elem)
+                pointers.append(f"{self.names[p.name]}: ptr<function, array<{element}, "
+                                f"{p.type.size}>>")
+            elif not isinstance(p.type, ArrayType):  # else a module-scope array
+                params.append((p, self.names.fresh(f"{self.names[p.name]}_in")))
+        signature = ", ".join([*pointers, *(f"{inner}: {self.ctype(p.type)}"  # type: ignore[arg-type]
+                                            for p, inner in params)])
         result = ("" if not isinstance(func.return_type, ScalarType)
                   else f" -> {self.ctype(func.return_type)}")
         with self.indented(f"fn {self.fnames[func.name]}({signature}){result} {{",
@@ -155,10 +159,19 @@ class WGSLEmitter(AtomicArrays, CEmitter):
                 self.line(f"return {self.literal(0, func.return_type).text};")
 
     def expr_Call(self, e: ir.Call) -> CExpr:
+        """Local arrays by pointer (first, as declared), then the scalars."""
         callee = self.program.function(e.func)
-        args = ", ".join(self.converted(a, p.type) for a, p in zip(e.args, callee.params)
-                         if not isinstance(p.type, ArrayType))
-        return CExpr(f"{self.fnames[e.func]}({args})")
+        pairs = list(zip(e.args, callee.params))
+        pointers = [self.pointer_to(a) for a, p in pairs if _by_pointer(p.type)]
+        values = [self.converted(a, p.type) for a, p in pairs
+                  if not isinstance(p.type, ArrayType)]
+        return CExpr(f"{self.fnames[e.func]}({', '.join([*pointers, *values])})")
+
+    def pointer_to(self, array: ir.Expr) -> str:
+        """A local array of this function (`&a`), or one it was given (already a pointer)."""
+        assert isinstance(array, ir.Var)
+        name = self.names[array.name]
+        return name if array.name in self.pointers else f"&{name}"
 
     def stmt_Return(self, s: ir.Return) -> None:
         value = "" if s.value is None else " " + self.converted(s.value, self.func.return_type)
@@ -400,6 +413,11 @@ class WGSLEmitter(AtomicArrays, CEmitter):
         if t.shape is not None:
             return CExpr(f"{t.shape[e.axis]}i")
         return CExpr(self.dims[(e.array.name, e.axis)])
+
+
+def _by_pointer(t: Type) -> bool:
+    """A parameter that receives a caller's local array (`ptr<function, ...>`)."""
+    return isinstance(t, ArrayType) and t.space is MemorySpace.LOCAL
 
 
 def _helpers_needed(text: str) -> list[str]:

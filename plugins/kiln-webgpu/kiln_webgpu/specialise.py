@@ -7,8 +7,9 @@ variables in WGSL, which any function may name. So each function is copied once 
 combination of arrays its calls pass, its array parameters renamed to the module-scope
 variable (`global_name(...)`); the emitter declares and passes scalars only. Bounded
 recursion (`bound_recursion`, earlier in the pipeline) has already made every function
-non-recursive, so the copies are finite. A local array passed to a function is an
-UnsupportedError at the call.
+non-recursive, so the copies are finite. A local array is the one array a function may
+be given by pointer (`ptr<function, array<T, N>>`): its parameter keeps its name, and
+its type, from the frontend, its size.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from kiln.ir.visit import walk
 GLOBAL_PREFIX = "kiln.global."
 """Variables named `kiln.global.<name>` are the kernel's module-scope array `<name>` (a
 dot never appears in a Python identifier, so no user name collides)."""
+
+
+BY_POINTER = ""
+"""What a local array argument binds its parameter to: nothing at module scope."""
 
 
 def global_name(name: str) -> str:
@@ -62,6 +67,9 @@ class _Specialiser:
             for param, arg in zip(callee.params, node.args):
                 if not isinstance(param.type, ArrayType):
                     continue
+                if param.type.space is MemorySpace.LOCAL:
+                    bound.append(BY_POINTER)
+                    continue
                 target = arrays.get(arg.name) if isinstance(arg, ir.Var) else None
                 if target is None:
                     raise UnsupportedError(
@@ -83,14 +91,14 @@ class _Specialiser:
         func = copy.deepcopy(callee)
         func.name = name
         arrays = [p.name for p in func.params if isinstance(p.type, ArrayType)]
-        renamed = dict(zip(arrays, bound))
+        renamed = {a: g for a, g in zip(arrays, bound) if g != BY_POINTER}
         for p in func.params:
             if p.name in renamed:
                 p.name = global_name(renamed[p.name])
         for node in walk(func.body):
             if isinstance(node, ir.Var) and node.name in renamed:
                 node.name = global_name(renamed[node.name])
-        self.rewrite_calls(func.body, {global_name(g): g for g in bound})
+        self.rewrite_calls(func.body, {global_name(g): g for g in bound if g != BY_POINTER})
         self.done.append(func)
         return name
 
