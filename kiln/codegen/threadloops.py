@@ -47,59 +47,12 @@ SLOT = 8  # bytes per launch slot
 STRUCT_CODES = {"bool_": "?", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B",
                 "u16": "H", "u32": "I", "u64": "Q", "f16": "e", "bf16": "H", "f32": "f",
                 "f64": "d"}
-
-
-def launch_format(abi: Sequence[AbiParam]) -> struct.Struct:
-    """What `kiln_entry` unpacks: the ABI's values, the grid's dimensions and the number of
-    host threads, 8 bytes each (`pack(*abi_values(...), *grid, threads)`)."""
-    codes = []
-    for p in abi:
-        code = "Q" if p.kind == "pointer" else STRUCT_CODES[p.type.name]
-        codes.append(f"{code}{SLOT - struct.calcsize('=' + code)}x")
-    codes += ["i4x"] * 4
-    return struct.Struct("=" + "".join(codes))
-
 LINEAR_THREAD = ("const int32_t kiln_t = (kiln_thread_idx_z * kiln_block_dim_y + "
                  "kiln_thread_idx_y) * kiln_block_dim_x + kiln_thread_idx_x;")
-
 
 SMALL_LAUNCH = 8192
 """Launches of fewer threads in all run on one host thread: waking a second costs more than
 it saves (tens of microseconds)."""
-
-
-def host_threads() -> int:
-    """Host threads a launch may use: `KILN_NUM_THREADS`, else every core this process may
-    run on."""
-    env = os.environ.get("KILN_NUM_THREADS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def team_size(grid: Sequence[int], block: Sequence[int], threads: int) -> int:
-    """What `kiln_entry`'s thread slot should hold for one launch (the value of
-    `kiln_num_threads` in `parallel_pragma`): at most `threads` (`host_threads()`, or a
-    split device's share) and the number of blocks, and 1 for a small launch."""
-    blocks = grid[0] * grid[1] * grid[2]
-    if blocks * block[0] * block[1] * block[2] < SMALL_LAUNCH:
-        return 1
-    return min(threads, blocks)
-
-
-def _initialisations(body: list[ir.Stmt], private: list[str]) -> list[ir.Assign]:
-    """The assignments `body` starts with that can declare a private variable (`T x = v;`):
-    the first of each, reading no private variable not declared before it."""
-    out: list[ir.Assign] = []
-    pending = set(private)
-    for s in body:
-        if not (isinstance(s, ir.Assign) and s.target in pending
-                and not reads_and_writes(s.value)[0] & pending):
-            break
-        out.append(s)
-        pending.discard(s.target)
-    return out
-
 
 INCLUDES = """\
 #include <stdint.h>
@@ -124,13 +77,34 @@ THREAD_LOOP_MACROS = (
 """`KILN_FOR_EACH_THREAD` and its variants: suffix, reduction clauses, comment."""
 
 
-def _on_block_memory(emitter: ThreadLoopEmitter, call: ir.IntrinsicCall) -> bool:
-    """Atomics on shared/local arrays: one OS thread runs the whole block, so plain
-    read-modify-write is exact (and vectorises)."""
-    if not call.name.startswith("atomic_"):
-        return False
-    t = call.args[0].type
-    return isinstance(t, ArrayType) and t.space in (MemorySpace.SHARED, MemorySpace.LOCAL)
+def launch_format(abi: Sequence[AbiParam]) -> struct.Struct:
+    """What `kiln_entry` unpacks: the ABI's values, the grid's dimensions and the number of
+    host threads, 8 bytes each (`pack(*abi_values(...), *grid, threads)`)."""
+    codes = []
+    for p in abi:
+        code = "Q" if p.kind == "pointer" else STRUCT_CODES[p.type.name]
+        codes.append(f"{code}{SLOT - struct.calcsize('=' + code)}x")
+    codes += ["i4x"] * 4
+    return struct.Struct("=" + "".join(codes))
+
+
+def host_threads() -> int:
+    """Host threads a launch may use: `KILN_NUM_THREADS`, else every core this process may
+    run on."""
+    env = os.environ.get("KILN_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def team_size(grid: Sequence[int], block: Sequence[int], threads: int) -> int:
+    """What `kiln_entry`'s thread slot should hold for one launch (the value of
+    `kiln_num_threads` in `parallel_pragma`): at most `threads` (`host_threads()`, or a
+    split device's share) and the number of blocks, and 1 for a small launch."""
+    blocks = grid[0] * grid[1] * grid[2]
+    if blocks * block[0] * block[1] * block[2] < SMALL_LAUNCH:
+        return 1
+    return min(threads, blocks)
 
 
 def thread_loop_prologue(simd: str = "") -> str:
@@ -146,6 +120,29 @@ def thread_loop_prologue(simd: str = "") -> str:
         text += f"\n/* {comment} */\n#define KILN_FOR_EACH_THREAD{suffix} \\\n"
         text += " \\\n".join(loops) + "\n"
     return text
+
+
+def _initialisations(body: list[ir.Stmt], private: list[str]) -> list[ir.Assign]:
+    """The assignments `body` starts with that can declare a private variable (`T x = v;`):
+    the first of each, reading no private variable not declared before it."""
+    out: list[ir.Assign] = []
+    pending = set(private)
+    for s in body:
+        if not (isinstance(s, ir.Assign) and s.target in pending
+                and not reads_and_writes(s.value)[0] & pending):
+            break
+        out.append(s)
+        pending.discard(s.target)
+    return out
+
+
+def _on_block_memory(emitter: ThreadLoopEmitter, call: ir.IntrinsicCall) -> bool:
+    """Atomics on shared/local arrays: one OS thread runs the whole block, so plain
+    read-modify-write is exact (and vectorises)."""
+    if not call.name.startswith("atomic_"):
+        return False
+    t = call.args[0].type
+    return isinstance(t, ArrayType) and t.space in (MemorySpace.SHARED, MemorySpace.LOCAL)
 
 
 class ThreadLoopEmitter(CEmitter):
