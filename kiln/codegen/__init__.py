@@ -5,8 +5,8 @@ data and registers spellings in `kiln.ir.intrinsics` under its namespace.
 `ThreadLoopEmitter` is the dialect base for targets that run a block's threads as loops
 (`lower_thread_loops`' output: the cpu backend's C + OpenMP, or plain serial C), with
 `launch_format` the layout of its `kiln_entry` launch slots and `team_size` what its
-thread slot holds. `SourceCompiler` is the
-compiler part of a JIT backend that renders C-family source with an emitter.
+thread slot holds. `SourceCompiler` is the compiler part of a JIT backend that renders
+C-family source with an emitter.
 `kernel_abi` is the one definition of how kernel parameters are flattened for launches.
 """
 

@@ -97,11 +97,11 @@ class ShardedArray:
     def refresh_halo(self) -> None:
         """Copy each shard's first and last `halo` own rows into its neighbours' ghost rows,
         queued on the neighbours' default streams after the work queued before."""
-        for copy in self.halo_copies:
+        for copy in self._halo_copies:
             copy()
 
     @cached_property
-    def halo_copies(self) -> list[Callable[[], None]]:
+    def _halo_copies(self) -> list[Callable[[], None]]:
         """The copies `refresh_halo` makes, their views made once (a view costs more than
         queuing its copy: 18 us against 5-10)."""
         h = self.halo  # no more than any shard's rows (`shard_empty` checks)
