@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import LaunchError
 from ..framework.backend import (
+    Backend,
     CustomBackend,
     DirectBackend,
     ExecutionModel,
@@ -53,13 +54,20 @@ class ExecutionDriver(ABC):
     def build(self, kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> Built: ...
 
 
+def frontend(kernel: Kernel, arg_types: tuple[Type, ...], backend: Backend) -> Program:
+    """The program `backend`'s pipeline receives: the frontend's, with `debug=True`'s
+    bounds checks (`kiln.ir.passes.bounds`)."""
+    program = kernel.program(arg_types)
+    if kernel.options.debug and not backend.checks_bounds:
+        program = check_bounds(program)
+    return program
+
+
 def lower(kernel: Kernel, arg_types: tuple[Type, ...], device: Device
           ) -> tuple[Program, frozenset[str]]:
     """The frontend, then the backend's pipeline: the lowered program and the names of the
     (original) parameters it may write."""
-    program = kernel.program(arg_types)
-    if kernel.options.debug and not device.backend.checks_bounds:
-        program = check_bounds(program)
+    program = frontend(kernel, arg_types, device.backend)
     for stage in device.backend.pipeline(device):
         program = stage(program)
     return program, written_by(kernel, arg_types, program)
@@ -67,10 +75,11 @@ def lower(kernel: Kernel, arg_types: tuple[Type, ...], device: Device
 
 def written_by(kernel: Kernel, arg_types: tuple[Type, ...], program: Program) -> frozenset[str]:
     """The names of the kernel's (original) parameters that `program` may write."""
-    written = written_params(program)
-    original = kernel.program(arg_types).kernel.params
-    if program.kernel.params and program.kernel.params[0].source is not None:  # lowered
-        written = {original[p.source.index].name for p in program.kernel.params
+    params = program.arguments()  # not the status array of run-time checks
+    written = written_params(program) & {p.name for p in params}
+    if params and params[0].source is not None:  # records, variants or vectors were split
+        original = kernel.program(arg_types).kernel.params
+        written = {original[p.source.index].name for p in params
                    if p.name in written and p.source is not None}
     return frozenset(written)
 

@@ -302,7 +302,7 @@ def _to_device_args(kernel: Kernel, args: Sequence[Any], arg_types: tuple[Type, 
         else:
             out.append(value)
     program = spec.program
-    params = program.kernel.params[:-1 if program.checks else None] if program else []
+    params = program.arguments() if program else []
     if params and params[0].source is not None:  # records, variants or vectors were split
         types = [t for t in arg_types if not isinstance(t, ConstexprType)]
         out = lowered_arguments(types, params, out)

@@ -22,6 +22,7 @@ from ..lang.functions import Compilable, DeviceFunction
 from ..options import KernelOptions
 from ..runtime.device import device as resolve_device
 from ..runtime.device import devices_of
+from .drivers import frontend
 from .executor import adopt_foreign, bind_launch, pick_device, specialize
 from .executor import launch as execute_launch
 from .fastpath import PreparedLaunch
@@ -116,12 +117,13 @@ class Kernel(Compilable):
     @_user_facing
     def source(self, backend: str | Backend, *types: Type) -> str:
         """The source a JIT backend generates for a signature (lowered by its pipeline for
-        its first device; by the shared device-independent one where it has none here)."""
+        its first device; by the shared device-independent one where it has none here),
+        with the bounds checks of `debug=True`."""
         b = registry.get(backend).backend if isinstance(backend, str) else backend
         if not isinstance(b, JITBackend):
             raise UnsupportedError(f"the {b.name} backend generates no source (it runs the "
                                    f"IR itself): print {self.name}.ir() instead")
-        program = self.program(self._types(types))
+        program = frontend(self, self._types(types), b)
         devices = devices_of(registry.get(b.name))
         for stage in b.pipeline(devices[0]) if devices else target_pipeline(b):
             program = stage(program)

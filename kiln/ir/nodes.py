@@ -366,6 +366,10 @@ class Function:
     is_kernel: bool = False
     loc: Loc | None = None
     max_depth: int | None = None
+    split_arrays: dict[str, str] = field(default_factory=dict)
+    """Arrays `lower_aggregates` made of an array of records, variants or vectors (each
+    with one more axis, the words of an element), by the name of that array: run-time
+    errors name the array as written."""
 
     def var_type(self, name: str) -> Type:
         for p in self.params:
@@ -411,6 +415,12 @@ class Program:
     functions: list[Function] = field(default_factory=list)
     checks: list[RuntimeCheck] = field(default_factory=list)
     tables: dict[str, Any] = field(default_factory=dict)
+
+    def arguments(self) -> list[Param]:
+        """The kernel's parameters that take the launch's arguments: all but the status
+        array, which the executor adds (last, where the program has `checks`)."""
+        params = self.kernel.params
+        return params[:-1] if self.checks else params
 
     def function(self, name: str) -> Function:
         for f in self.functions:

@@ -128,6 +128,16 @@ class FunctionCode(Visitor[Any]):
         self._views = True
         self.body = self.block(fn.body)
 
+    def checked_as(self, array: ir.Var) -> tuple[str, int]:
+        """How bounds errors name `array` and how many of its axes they check: one split
+        from an array of records or vectors by that array's name, without the axis of an
+        element's words (which the passes index, always inside)."""
+        assert isinstance(array.type, ArrayType)
+        origin = self.fn.split_arrays.get(array.name)
+        if origin is None:
+            return array.name, array.type.ndim
+        return origin, array.type.ndim - 1
+
     # ---- running
     def frame(self, chunk: Chunk, args: Sequence[Any]) -> Frame:
         variables = dict(self.scalars)
@@ -195,12 +205,13 @@ class FunctionCode(Visitor[Any]):
         into = getattr(value, "into", None)
 
         kernel, loc = self.program.program.kernel.name, s.loc
+        shown, axes = self.checked_as(s.array)
 
         def run(f: Frame, m: Mask) -> Mask:
             ref = f.vars[name]
             chunk = f.chunk
             values = [i(f, m) for i in indices]
-            check_indices(kernel, name, ref.shape, values, chunk, m, "wrote", loc)
+            check_indices(kernel, shown, ref.shape[:axes], values, chunk, m, "wrote", loc)
             addr = address(ref, values, chunk, wide)
             if into is not None and m is None:
                 view = slice_view(ref.flat, addr, chunk.n)
@@ -465,12 +476,13 @@ class FunctionCode(Visitor[Any]):
         wide = any(_scalar_type(i.type, i).bits == 64 for i in e.indices)
         view_ok = self._views
         kernel, loc = self.program.program.kernel.name, e.loc
+        shown, axes = self.checked_as(e.array)
 
         def ev(f: Frame, m: Mask) -> Value:
             ref = f.vars[name]
             chunk = f.chunk
             values = [i(f, m) for i in indices]
-            check_indices(kernel, name, ref.shape, values, chunk, m, "read", loc)
+            check_indices(kernel, shown, ref.shape[:axes], values, chunk, m, "read", loc)
             addr = address(ref, values, chunk, wide)
             return gather(ref.flat, addr, chunk.n, view_ok)
 
@@ -537,12 +549,13 @@ class FunctionCode(Visitor[Any]):
         wide = any(_scalar_type(i.type, i).bits == 64 for i in e.args[1 : 1 + ndim])
         operands = [self.expr(v) for v in e.args[1 + ndim :]]
         kernel, loc = self.program.program.kernel.name, e.loc
+        shown, axes = self.checked_as(target)
 
         def ev(f: Frame, m: Mask) -> Value:
             ref = f.vars[name]
             chunk = f.chunk
             values = [i(f, m) for i in indices]
-            check_indices(kernel, name, ref.shape, values, chunk, m, "updated", loc)
+            check_indices(kernel, shown, ref.shape[:axes], values, chunk, m, "updated", loc)
             addr = address(ref, values, chunk, wide)
             values = [v(f, m) for v in operands]
             count = chunk.n if m is None else int(np.count_nonzero(m))

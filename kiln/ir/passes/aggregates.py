@@ -114,8 +114,9 @@ def lower_aggregates(program: ir.Program) -> ir.Program:
         return program
     program = clone_program(program)
     signatures = {f.name: f.params for f in program.functions}
+    arguments = len(program.arguments())
     for func in all_functions(program):
-        _FunctionLowering(func, signatures).run()
+        _FunctionLowering(func, signatures).run(arguments if func.is_kernel else 0)
     return program
 
 
@@ -185,7 +186,9 @@ class _FunctionLowering(Visitor[Any]):
 
     # ------------------------------------------------------------ declarations
 
-    def run(self) -> None:
+    def run(self, arguments: int) -> None:
+        """Lower the function; its first `arguments` parameters take a launch's arguments
+        (a kernel's, but its status array) and get a `ParamSource`."""
         func = self.func
         params: list[ir.Param] = []
         lowered_params = False
@@ -193,7 +196,7 @@ class _FunctionLowering(Visitor[Any]):
             new = self.split(p.name, p.type)
             lowered_params |= new is not None
             for name, t, offset in new or [(p.name, p.type, 0)]:
-                source = ir.ParamSource(index, offset) if func.is_kernel else None
+                source = ir.ParamSource(index, offset) if index < arguments else None
                 params.append(ir.Param(name, t, source))
         if not lowered_params:
             params = [dataclasses.replace(p, source=None) for p in params]
@@ -218,6 +221,7 @@ class _FunctionLowering(Visitor[Any]):
                 view = self.fresh(f"{name}_{st.name}")
                 views[st] = ir.Var(vt, view)
                 out.append((view, vt, 0))
+                self.func.split_arrays = {**self.func.split_arrays, view: name}
             self.views[name] = views
             if not out:
                 raise UnsupportedError(f"'{name}' is an array of records without fields",
