@@ -88,3 +88,18 @@ def test_vector_arguments_run_checked(backend: str) -> None:
 def test_record_and_vector_kernels_compile_for_cuda_with_checks() -> None:
     cuda_ptx(record_neighbours)
     cuda_ptx(vector_neighbours)
+
+
+# ---------------------------------------------------------------- the status array
+
+@kiln.kernel(debug=True)
+def nothing_to_check(a: f32[:], x: f32):
+    s = kiln.shared(f32, 64)
+    s[kiln.thread_idx.x % 64] = x  # provably inside: no check, so no status array
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_kernel_with_nothing_to_check_launches(backend: str) -> None:
+    run(nothing_to_check, backend, 4, np.zeros(1, np.float32), 1.0)
+    program = nothing_to_check.compile(backend, f32[:], f32).program
+    assert program is not None and not program.checks

@@ -34,6 +34,8 @@ def check_bounds(program: ir.Program) -> ir.Program:
     kernel = program.kernel.name
     for func in all_functions(program):
         _Checked(func, status, checkers, taken, kernel).transform_body_of(func)
+    if not checkers:  # nothing to check: no status array to pass
+        return program
     program.functions[:0] = checkers.values()
     status.reporters |= {f.name for f in checkers.values()}
     status.thread()
