@@ -111,7 +111,18 @@ class LaunchError(Exception):
     """A launch that cannot run: bad grid/block, wrong argument count, type or shape."""
 
 
+class DeviceMismatchError(LaunchError, ValueError):
+    """A stream, event or array of one device given to work on another: a launch (hence a
+    LaunchError), a copy or an event (hence also a ValueError, as other bad arguments of
+    the host API are). kiln never moves work between devices behind the user's back."""
+
+
+class CopyError(ValueError):
+    """A copy whose two sides do not fit: an `out` or a source of another shape or dtype,
+    or an `out` that is not C-contiguous or is read-only. The message names both sides."""
+
+
 for _error in (KernelError, UnknownNameError, KernelTypeError, ArityError, UnsupportedError,
                ConvergenceError, ConstantError, DeviceFeatureError, BackendCompileError,
-               IndexOutOfBoundsError, LaunchError):
+               IndexOutOfBoundsError, LaunchError, DeviceMismatchError, CopyError):
     _error.__module__ = "kiln"  # tracebacks name them as users import them: kiln.LaunchError

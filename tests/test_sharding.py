@@ -179,3 +179,61 @@ def test_sharded_launch_errors_name_the_shard(parts):
         kiln.launch_sharded(vector_add, (xs, haloed, xs, kiln.shard_rows))
     with pytest.raises(TypeError, match="takes a NumPy ufunc"):
         kiln.partials(1, f32, parts).combine(sum)
+
+
+@kiln.kernel(debug=True)
+def write_row_past_end(x: f32[:], total: f32[:], rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        x[i + 1] = 1.0
+        total[i + 1] = 1.0
+
+
+@pytest.fixture(params=["parts", "interp and cpu"])
+def two_devices(request: pytest.FixtureRequest, parts: list[kiln.Device]) -> list[kiln.Device]:
+    """The sharding devices, and two devices of different backends (interp's failures are
+    raised by its stream's worker, the cpu's by its debug checks)."""
+    return parts if request.param == "parts" else [kiln.device("interp"), kiln.device("cpu")]
+
+
+def test_a_failed_sharded_launch_is_reported_once_with_every_shard(two_devices):
+    xs = kiln.shard(np.zeros(8, np.float32), two_devices)
+    sums = kiln.partials(5, f32, two_devices)
+    kiln.launch_sharded(write_row_past_end, (xs, sums, kiln.shard_rows))
+    with pytest.raises(kiln.ShardError, match=r"2 shards failed") as info:
+        xs.gather()
+    names = [d.name for d in two_devices]
+    assert [s.device.name for s in info.value.shards] == names
+    message = str(info.value)
+    assert all(f"gathering shard rows {rows} on {name}: IndexOutOfBoundsError" in message
+               for rows, name in zip(("0:4", "4:8"), names))
+    assert all(isinstance(e, kiln.IndexOutOfBoundsError) for e in info.value.errors)
+    # reported once: nothing is left to surface in later, unrelated work
+    fresh = kiln.shard(np.arange(8, dtype=np.float32), two_devices)
+    np.testing.assert_array_equal(fresh.gather(), np.arange(8))
+    assert sums.combine().shape == (5,)  # a failed launch's writes are undefined
+    for device in two_devices:
+        device.synchronize()
+
+
+def test_combine_reports_every_failing_device(two_devices):
+    sums = kiln.partials(4, f32, two_devices)
+    xs = kiln.shard(np.zeros(8, np.float32), two_devices)
+    kiln.launch_sharded(write_row_past_end, (xs, sums, kiln.shard_rows))
+    with pytest.raises(kiln.ShardError, match=r"combining the partial result on") as info:
+        sums.combine()
+    assert [s.device.name for s in info.value.shards] == [d.name for d in two_devices]
+    assert xs.gather().shape == (8,)  # nothing left to raise
+
+
+def test_gather_refuses_an_out_that_does_not_fit(parts):
+    xs = kiln.shard(np.arange(12, dtype=np.float32).reshape(6, 2), parts)
+    for out in (np.zeros((5, 2), np.float32), np.zeros(12, np.float32),
+                np.zeros((6, 2), np.float64), [0.0] * 12):
+        with pytest.raises(kiln.CopyError, match=r"float32 array of shape \(6, 2\)"):
+            xs.gather(out)
+    with pytest.raises(kiln.ShardError, match="not C-contiguous"):
+        xs.gather(np.zeros((6, 4), np.float32)[:, ::2])
+    out = np.zeros((6, 2), np.float32)
+    assert xs.gather(out) is out
+    np.testing.assert_array_equal(out, np.arange(12).reshape(6, 2))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import LaunchError
+from ..errors import DeviceMismatchError, LaunchError
 from ..framework.backend import Dim3, FastLaunch, InlineLaunch, Launchable, supports
 from ..framework.registry import registry
 from ..ir.nodes import Program
@@ -31,7 +31,7 @@ from ..ir.types import (
 )
 from ..lang.records import argument_error, kiln_type_of
 from ..runtime.array import DeviceArray, DeviceArrayView, stage_host
-from ..runtime.device import Device, Stream
+from ..runtime.device import Device, Stream, stream_on
 from ..runtime.device import device as resolve_device
 from ..runtime.interop import adopt
 from ..runtime.status import StatusWatch
@@ -174,6 +174,17 @@ def pick_device(args: Sequence[Any], device: Device | str | None) -> Device:
     return resolve_device(None)
 
 
+def launch_device(name: str, args: Sequence[Any], device: Device | str | None,
+                  stream: Stream | None) -> Device:
+    """The device a launch runs on: `device`, else the stream's, else the first device
+    array's, else the default; a stream of another device (or no stream) is refused."""
+    if stream is not None and not isinstance(stream, Stream):
+        stream_on(resolve_device(device), stream, f"launching {name}")  # raises TypeError
+    dev = stream.device if stream is not None and device is None else pick_device(args, device)
+    stream_on(dev, stream, f"launching {name} on {dev.name}")
+    return dev
+
+
 def specialize(kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> Specialization:
     """Build (or fetch from the kernel's cache) the launchable for one signature and device,
     through the driver of the backend's execution model (`kiln.execution.drivers`)."""
@@ -222,8 +233,10 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
     for host, dev_array in b.copy_back:
         if dev_array._host is host:  # zero-copy: the launch writes host memory; wait for it
             b.stream.synchronize()
-        else:
+        elif host.flags.c_contiguous:
             dev_array.copy_to_host(host, b.stream)
+        else:  # a strided NumPy argument: the device had a contiguous copy of it
+            host[...] = dev_array.copy_to_host(stream=b.stream)
 
 
 @dataclass
@@ -246,15 +259,17 @@ def bind_launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence
                 args: Sequence[Any], device: Device | str | None = None,
                 stream: Stream | None = None) -> BoundLaunch:
     """Validate and specialise a launch; NumPy arguments are queued for the device."""
-    dev = stream.device if stream is not None and device is None else pick_device(args, device)
+    dev = launch_device(kernel.name, args, device, stream)
     grid3, block3 = as_dim3(grid, "grid"), as_dim3(block, "block")
     validate_dims(grid3, block3, dev)
     arg_types = bind_arguments(kernel, args)
     for i, a in enumerate(args):
         if isinstance(a, DeviceArray) and a.device is not dev:
-            raise LaunchError(f"argument '{kernel.signature[i][0]}' of {kernel.name} lives on "
-                              f"{a.device.name}, but the launch runs on {dev.name}")
+            raise DeviceMismatchError(f"argument '{kernel.signature[i][0]}' of {kernel.name} "
+                                      f"lives on {a.device.name}, but the launch runs on "
+                                      f"{dev.name}")
     spec = specialize(kernel, arg_types, dev)
+    _check_writable(kernel, args, spec)
     stream = stream or dev.default_stream
     device_args, copy_back = _to_device_args(kernel, args, arg_types, spec, stream)
     watch = spec.watch(stream)
@@ -262,6 +277,18 @@ def bind_launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence
         device_args.append(watch.array)
     return BoundLaunch(spec.routine, grid3, block3, args, arg_types, device_args,
                        copy_back, dev, stream, watch)
+
+
+def _check_writable(kernel: Kernel, args: Sequence[Any], spec: Specialization) -> None:
+    """Refuse, before anything is queued, a read-only NumPy array the kernel may write:
+    the launch would copy its results back into it."""
+    for position, ((name, _), value) in enumerate(zip(kernel.signature, args)):
+        if (isinstance(value, np.ndarray) and name in spec.written
+                and not value.flags.writeable):
+            raise LaunchError(
+                f"argument '{name}' (#{position + 1}) of {kernel.name}: the kernel writes it, "
+                "and this NumPy array is read-only (np.frombuffer of bytes, or "
+                "setflags(write=False)); pass a writeable copy (x.copy()) or a device array")
 
 
 def _lowered(arg_types: tuple[Type, ...]) -> bool:

@@ -23,7 +23,7 @@ from ..options import KernelOptions
 from ..runtime.device import device as resolve_device
 from ..runtime.device import devices_of
 from .drivers import frontend
-from .executor import adopt_foreign, bind_launch, pick_device, specialize
+from .executor import adopt_foreign, bind_launch, launch_device, specialize
 from .executor import launch as execute_launch
 from .fastpath import PreparedLaunch
 
@@ -197,7 +197,7 @@ def launch(kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[A
     shape = as_shape(dim)
     if 0 in shape:
         return  # no elements, no threads (as Warp's wp.launch with dim=0)
-    dev = stream.device if stream is not None and device is None else pick_device(args, device)
+    dev = launch_device(kernel.name, args, device, stream)
     grid3, block3 = grid_and_block(shape, dev)
     execute_launch(kernel, grid3, block3, args, dev if device is not None else None, stream)
 

@@ -14,14 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LaunchError
+from ..errors import DeviceMismatchError, LaunchError
 from ..framework.backend import Launchable, RawKernels, supports
 from ..ir.types import literal_type
 from ..options import KernelOptions
 from ..runtime.array import DeviceArray
 from ..runtime.device import Device, Stream
-from ..runtime.device import device as resolve_device
-from .executor import adopt_foreign, as_dim3, validate_dims
+from .executor import adopt_foreign, as_dim3, launch_device, validate_dims
 
 
 class RawKernel:
@@ -60,9 +59,10 @@ class RawKernel:
     def launch(self, grid: Any, block: Any, args: Sequence[Any],
                device: Device | str | None = None, stream: Stream | None = None) -> None:
         args = adopt_foreign(args)
-        dev = (stream.device if stream is not None else resolve_device(device or
-               next((a.device for a in args if isinstance(a, DeviceArray)), None) or
-               self.backend_name))
+        arrays = any(isinstance(a, DeviceArray) for a in args)
+        if device is None and stream is None and not arrays:
+            device = self.backend_name  # the best device of the kernel's backend
+        dev = launch_device(self.name, args, device, stream)
         if dev.backend.name != self.backend_name:
             raise LaunchError(f"{self.name} is a {self.backend_name} kernel; "
                               f"{dev.name} is a {dev.backend.name} device")
@@ -76,7 +76,7 @@ class RawKernel:
     def _argument(self, i: int, value: Any, dev: Device) -> Any:
         if isinstance(value, DeviceArray):
             if value.device is not dev:
-                raise LaunchError(f"argument #{i + 1} of {self.name} lives on "
+                raise DeviceMismatchError(f"argument #{i + 1} of {self.name} lives on "
                                   f"{value.device.name}, not {dev.name}")
             return value
         if isinstance(value, np.generic):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import LaunchError
+from ..errors import CopyError, LaunchError
 from ..runtime.array import DeviceArray, DeviceArrayView, _layout, copy_array, empty, full, zeros
 from ..runtime.device import device as resolve_device
 from .kernel import launch
@@ -112,35 +112,68 @@ class ShardedArray:
         return copies
 
     def gather(self, out: np.ndarray | None = None) -> np.ndarray:
-        """The whole array on the host, once every shard's queued work is done."""
+        """The whole array on the host (in `out`, of the array's shape and dtype, when
+        given), once every shard's queued work is done. Every shard is waited for even when
+        one fails, and their failures are raised together, once (`ShardError`)."""
         if out is None:
             out = np.empty(self.shape, self.dtype)
-        for shard in self.shards:
-            with _naming(shard, "gathering"):
-                shard.owned.copy_to_host(out[shard.start:shard.stop])
+        elif not isinstance(out, np.ndarray) or out.shape != self.shape \
+                or out.dtype != self.dtype:
+            given = (f"shape {out.shape} and dtype {out.dtype}" if isinstance(out, np.ndarray)
+                     else type(out).__name__)
+            raise CopyError(f"gather(out=): out must be a {self.dtype} array of shape "
+                            f"{self.shape}; got {given}")
+        _on_every_shard(self.shards, "gathering",
+                        lambda shard: shard.owned.copy_to_host(out[shard.start:shard.stop]))
         return out
 
 
 class ShardError(LaunchError):
-    """Work on one shard failed: the message says which rows on which device; the
-    original error is the `__cause__`."""
+    """Work on shards failed: the message says which rows on which device, for each
+    failing shard. `shard` is the first of `shards`, and `__cause__` its error; `errors`
+    are every failing shard's, in the order of `shards`."""
 
-    def __init__(self, message: str, shard: Shard) -> None:
+    def __init__(self, message: str, shard: Shard, shards: Sequence[Shard] = (),
+                 errors: Sequence[BaseException] = ()) -> None:
         super().__init__(message)
         self.shard = shard
+        self.shards = list(shards) or [shard]
+        self.errors = list(errors)
 
 
 ShardError.__module__ = "kiln"  # printed as users import it: kiln.ShardError
 
 
 @contextmanager
-def _naming(shard: Shard, doing: str) -> Iterator[None]:
-    """Errors while `doing` something with `shard` say which shard (and device) failed."""
+def _naming(shard: Shard, doing: str, what: str = "") -> Iterator[None]:
+    """Errors while `doing` something with `shard` (`what`: by default its rows) say which
+    shard (and device) failed."""
     try:
         yield
     except Exception as error:
-        where = f"{doing} shard rows {shard.start}:{shard.stop} on {shard.device.name}"
+        what = what or f"shard rows {shard.start}:{shard.stop}"
+        where = f"{doing} {what} on {shard.device.name}"
         raise ShardError(f"{where}: {type(error).__name__}: {error}", shard) from error
+
+
+def _on_every_shard(shards: Sequence[Shard], doing: str, work: Callable[[Shard], Any],
+                    what: str = "") -> None:
+    """`work` on each shard, every one even when some fail (so no failure stays queued to
+    surface in a later, unrelated call); then one ShardError naming each failing shard."""
+    failures: list[ShardError] = []
+    for shard in shards:
+        try:
+            with _naming(shard, doing, what):
+                work(shard)
+        except ShardError as error:
+            failures.append(error)
+    if len(failures) == 1:
+        raise failures[0]
+    if failures:
+        lines = "\n".join(f"  {failure}" for failure in failures)
+        causes = [f.__cause__ for f in failures if f.__cause__ is not None]
+        raise ShardError(f"{len(failures)} shards failed:\n{lines}", failures[0].shard,
+                         [f.shard for f in failures], causes) from failures[0].__cause__
 
 
 def _row_copy(dst: DeviceArray, at: int, src: DeviceArray, start: int, rows: int
@@ -247,7 +280,10 @@ class Partials:
         if not isinstance(ufunc, np.ufunc):
             raise TypeError(f"Partials.combine takes a NumPy ufunc (np.add, np.maximum, ...), "
                             f"not {ufunc!r}")
-        return ufunc.reduce(np.stack([array.numpy() for array in self.arrays]), axis=0)
+        results: list[np.ndarray] = []
+        _on_every_shard([Shard(a.device, a, 0, 0, 0) for a in self.arrays], "combining",
+                        lambda part: results.append(part.array.numpy()), "the partial result")
+        return ufunc.reduce(np.stack(results), axis=0)
 
     def on(self, device: Device) -> DeviceArray:
         for array in self.arrays:

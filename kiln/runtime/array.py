@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import CopyError
 from ..framework.backend import (
     CudaArrayInterop,
     DLPackInterop,
@@ -16,7 +18,7 @@ from ..framework.backend import (
 )
 from ..ir.types import SCALAR_BY_DTYPE, ScalarType, VectorType
 from ..lang.records import kiln_type_of
-from .device import DeviceNotFoundError
+from .device import DeviceNotFoundError, stream_on
 from .device import device as resolve_device
 
 if TYPE_CHECKING:
@@ -55,13 +57,15 @@ class DeviceArray:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
     def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d device array (NumPy's rule)")
         return self.shape[0]
 
     def __repr__(self) -> str:
@@ -95,15 +99,12 @@ class DeviceArray:
 
     def copy_to_host(self, out: np.ndarray | None = None, stream: Stream | None = None
                      ) -> np.ndarray:
-        """Copy to a NumPy array, waiting for the copy (and the work queued before it)."""
-        stream = stream or self.device.default_stream
-        if out is None:
-            out = np.empty(self.shape, self.dtype)
-        target = out if out.flags.c_contiguous else np.empty(self.shape, self.dtype)
-        self.device.backend.allocator.copy_device_to_host(target, self.buffer, stream.handle)
+        """Copy to a NumPy array (`out`, of this array's shape and dtype, C-contiguous and
+        writeable, or a new one), waiting for the copy (and the work queued before it)."""
+        stream = stream_on(self.device, stream, "copy_to_host")
+        out = np.empty(self.shape, self.dtype) if out is None else check_out(self, out)
+        self.device.backend.allocator.copy_device_to_host(out, self.buffer, stream.handle)
         stream.synchronize()
-        if target is not out:
-            out[...] = target
         return out
 
     def numpy(self) -> np.ndarray:
@@ -134,11 +135,32 @@ class DeviceArray:
         return out
 
     def copy_from_host(self, src: np.ndarray, stream: Stream | None = None) -> None:
-        stream = stream or self.device.default_stream
-        src = np.ascontiguousarray(src, dtype=self.dtype)
+        """Queue a copy of `src` (of this array's shape; its values are converted to this
+        array's dtype, as NumPy assignment does) on `stream`, a stream of this device."""
+        stream = stream_on(self.device, stream, "copy_from_host")
+        src = np.asarray(src)
         if src.shape != self.shape:
-            raise ValueError(f"shape {src.shape} does not match the device array's {self.shape}")
+            raise CopyError(f"copy_from_host: a source of shape {src.shape} into a device "
+                            f"array of shape {self.shape}: the shapes must match")
+        src = np.require(src, self.dtype, "C")
         self.device.backend.allocator.copy_host_to_device(self.buffer, src, stream.handle)
+
+
+def check_out(array: DeviceArray, out: Any) -> np.ndarray:
+    """`out`, when a copy of `array` can go there: a NumPy array of its shape and dtype,
+    C-contiguous and writeable (as Numba's `copy_to_host(ary)` and CuPy's `get(out=)` ask);
+    otherwise a CopyError naming what was expected and what was given."""
+    if not isinstance(out, np.ndarray):
+        raise CopyError(f"out= takes a NumPy array, got {type(out).__name__}")
+    expected = f"a C-contiguous, writeable {array.dtype} array of shape {array.shape}"
+    problem = ("its shape is " + str(out.shape) if out.shape != array.shape
+               else f"its dtype is {out.dtype}" if out.dtype != array.dtype
+               else f"it is not C-contiguous (strides {out.strides})"
+               if not out.flags.c_contiguous
+               else "it is read-only" if not out.flags.writeable else "")
+    if problem:
+        raise CopyError(f"out= must be {expected}; {problem}")
+    return out
 
 
 def _unpickle(contents: np.ndarray, device_name: str) -> DeviceArray:
@@ -153,16 +175,13 @@ def copy_array(dst: DeviceArray, src: DeviceArray, stream: Stream | None = None)
     """Copy `src` into `dst` (same shape and dtype; any two devices), queued on `stream`,
     by default `dst`'s device's default stream."""
     if src.shape != dst.shape or src.dtype != dst.dtype:
-        raise ValueError(f"cannot copy a {src.dtype} array of shape {src.shape} into a "
+        raise CopyError(f"cannot copy a {src.dtype} array of shape {src.shape} into a "
                          f"{dst.dtype} array of shape {dst.shape}")
     for array in (src, dst):
         if isinstance(array, DeviceArrayView):
             raise ValueError(f"cannot copy between devices through this view "
                              f"({array.launch_problem}); copy() it first")
-    stream = stream or dst.device.default_stream
-    if stream.device is not dst.device:
-        raise ValueError(f"the copy's stream is on {stream.device.name}, but the destination "
-                         f"array is on {dst.device.name}")
+    stream = stream_on(dst.device, stream, f"copying into an array of {dst.device.name}")
     backend, allocator = dst.device.backend, dst.device.backend.allocator
     if src.device is dst.device:
         allocator.copy_device_to_device(dst.buffer, src.buffer, src.nbytes, stream.handle)
@@ -181,26 +200,44 @@ def _dtype_of(dtype: Any) -> np.dtype:
     record = kiln_type_of(dtype)
     if record is not None:
         return record.dtype
-    dt = np.dtype(dtype)
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise TypeError(f"kiln arrays hold numbers and bools (and records), not {dtype!r}"
+                        ) from None
     if dt not in SCALAR_BY_DTYPE and dt.names is None:
         raise TypeError(f"kiln arrays hold numbers and bools (and records), not {dt}")
     return dt
 
 
-def _layout(shape: int | tuple[int, ...], dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
+def _layout(shape: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
     """Host shape and dtype of an array of `shape` elements (a vector type such as f32x4
-    adds a last dimension of its length)."""
-    dims = tuple(int(s) for s in np.atleast_1d(shape))  # an int or a sequence of ints
+    adds a last dimension of its length), refusing bad ones before anything is allocated."""
+    dims = _dims(shape)
     if isinstance(dtype, VectorType):
         return (*dims, dtype.n), dtype.elem.dtype
-    return dims, _dtype_of(dtype)
+    dt = _dtype_of(dtype)
+    if math.prod(dims) * dt.itemsize >= 2**63:
+        raise ValueError(f"an array of shape {dims} and dtype {dt} is over 2**63 bytes")
+    return dims, dt
+
+
+def _dims(shape: Any) -> tuple[int, ...]:
+    """`shape` (an int, or a tuple or list of ints) as a tuple of non-negative ints."""
+    parts = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    for n in parts:
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"array shapes are ints or tuples of ints, got {shape!r}")
+        if n < 0:
+            raise ValueError(f"array dimensions are 0 or more, got {n} in shape {shape!r}")
+    return tuple(int(n) for n in parts)
 
 
 def empty(shape: int | tuple[int, ...], dtype: Any = np.float32,
           device: Device | str | None = None) -> DeviceArray:
-    dev = resolve_device(device)
     dims, dt = _layout(shape, dtype)
-    nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+    dev = resolve_device(device)
+    nbytes = math.prod(dims) * dt.itemsize
     return DeviceArray(dev, dims, dt, dev.backend.allocator.allocate(dev, nbytes))
 
 
@@ -211,12 +248,14 @@ def to_device(array: Any, device: Device | str | None = None,
     Without a stream the copy has finished on return, so launches on any stream see it;
     with one it is queued there."""
     dev = resolve_device(device)
+    queue = stream_on(dev, stream, "kiln.to_device")
     host = np.asarray(array)
-    _dtype_of(host.dtype)
+    if not host.dtype.isnative:  # big-endian data: kernels read the device's byte order
+        host = host.astype(host.dtype.newbyteorder("="))
     out = empty(host.shape, host.dtype, dev)
-    out.copy_from_host(np.ascontiguousarray(host), stream or dev.default_stream)
+    out.copy_from_host(host, queue)
     if stream is None:
-        dev.default_stream.synchronize()
+        queue.synchronize()
     return out
 
 
@@ -321,7 +360,9 @@ class DeviceArrayView(DeviceArray):
 
     def copy_to_host(self, out: np.ndarray | None = None, stream: Stream | None = None
                      ) -> np.ndarray:
-        stream = stream or self.device.default_stream
+        stream = stream_on(self.device, stream, "copy_to_host")
+        if out is not None:
+            check_out(self, out)
         raw = np.empty(self.span, np.uint8)
         self.device.backend.allocator.copy_device_to_host(raw, self.buffer, stream.handle)
         stream.synchronize()

@@ -8,6 +8,7 @@ import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import DeviceMismatchError
 from ..framework.backend import Backend, Capabilities, Partitionable, supports
 from ..framework.registry import BackendEntry, registry
 from ..stdio import flush as flush_c_stdout
@@ -96,7 +97,9 @@ class Stream:
 class Event:
     """A point in a stream: `event.synchronize()` waits for the work queued before it, and
     `start.elapsed_time(end)` is the milliseconds between two of them (as in Numba, CuPy
-    and PyTorch)."""
+    and PyTorch). As in CUDA, an event never recorded counts as complete: synchronizing it
+    returns at once. An event belongs to its device: it is recorded on that device's
+    streams only."""
 
     def __init__(self, device: Device | None = None) -> None:
         self.device = device or default_device()
@@ -105,7 +108,7 @@ class Event:
         self._watches: list[StatusWatch] = []
 
     def record(self, stream: Stream | None = None) -> Event:
-        stream = stream or self.device.default_stream
+        stream = stream_on(self.device, stream, f"recording an event of {self.device.name}")
         self.device.backend.queue.record_event(self.handle, stream.handle)
         self._recorded = True
         self._watches = list(stream.pending.values())
@@ -114,15 +117,23 @@ class Event:
     def synchronize(self) -> None:
         """Wait for the work before the event (and raise a failed run-time check of the
         launches before it; reading their status waits for the stream's work)."""
+        if not self._recorded:
+            return
         self.device.backend.queue.synchronize_event(self.handle)
         flush_c_stdout()
         watches, self._watches = self._watches, []
         raise_failed(watches)
 
     def elapsed_time(self, end: Event) -> float:
-        """Milliseconds from this event (the start) to `end`, both recorded; waits for
-        `end`. An `end` that completed before the start is an error, never a negative
-        time (the usual cause: the events swapped, `end.elapsed_time(start)`)."""
+        """Milliseconds from this event (the start) to `end`, both recorded on one device;
+        waits for both. An `end` that completed before the start is an error, never a
+        negative time (the usual cause: the events swapped, `end.elapsed_time(start)`)."""
+        if not isinstance(end, Event):
+            raise TypeError(f"elapsed_time takes the end kiln.Event, got {type(end).__name__}")
+        if end.device is not self.device:
+            raise DeviceMismatchError(
+                f"elapsed_time measures between events of one device: the start is on "
+                f"{self.device.name}, the end on {end.device.name} (their clocks differ)")
         if not (self._recorded and end._recorded):
             raise RuntimeError("both events must be recorded before elapsed_time: "
                                "start.record(); ...; end.record(); start.elapsed_time(end)")
@@ -131,6 +142,26 @@ class Event:
             raise ValueError(f"the end event completed {-ms:.3f} ms before the start: call "
                              "start.elapsed_time(end) (this event is the start)")
         return ms
+
+    def __repr__(self) -> str:
+        state = "recorded" if self._recorded else "never recorded"
+        return f"<kiln.Event on {self.device.name}, {state}>"
+
+
+def stream_on(device: Device, stream: Stream | None, doing: str) -> Stream:
+    """The stream that work `doing` something on `device` is queued on: `stream`, which
+    must be one of `device`'s (a stream orders only its own device's work, and a backend
+    handle of another device or backend would lose it), or the device's default one."""
+    if stream is None:
+        return device.default_stream
+    if not isinstance(stream, Stream):
+        raise TypeError(f"{doing}: stream= takes a kiln.Stream, got {type(stream).__name__} "
+                        f"{stream!r}")
+    if stream.device is not device:
+        raise DeviceMismatchError(
+            f"{doing}: the stream is on {stream.device.name}, not {device.name}; pass a "
+            f"stream of {device.name} (kiln.Stream({device.name!r})) or none for its default")
+    return stream
 
 
 class DeviceNotFoundError(LookupError):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..framework.backend import GraphCapture, supports
-from .device import Device, Stream
+from .device import Device, Stream, stream_on
 from .device import device as resolve_device
 
 
@@ -41,7 +41,8 @@ class Graph:
         """Run the recorded launches (asynchronously) on `stream` (default: the recording one)."""
         if self.handle is None:
             raise RuntimeError("the graph was not recorded (use `with kiln.graph(...) as g:`)")
-        self.backend.launch_graph(self.handle, (stream or self.stream).handle)
+        where = stream_on(self.stream.device, stream or self.stream, "launching a graph")
+        self.backend.launch_graph(self.handle, where.handle)
 
 
 def graph(where: Device | Stream | str | None = None) -> Graph:

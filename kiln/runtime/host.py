@@ -34,7 +34,7 @@ class HostStream:
         self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._pending = 0
         self._lock = threading.Condition()
-        self._error: BaseException | None = None
+        self._errors: list[BaseException] = []  # failed tasks not yet raised, oldest first
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
 
@@ -42,50 +42,83 @@ class HostStream:
         while True:
             task = self._queue.get()
             try:
-                if task is not None and self._error is None:
+                if task is not None:
                     task()
             except BaseException as exc:  # surfaced at the next synchronize
-                self._error = exc
+                with self._lock:
+                    self._errors.append(exc)
             finally:
                 with self._lock:
                     self._pending -= 1
                     self._lock.notify_all()
 
     def enqueue(self, task: Callable[[], None]) -> None:
+        """Queue `task`. A failed task never stops the ones after it (as a failed check of
+        a compiled kernel does not): its error waits for the next synchronisation."""
         with self._lock:
             self._pending += 1
         self._queue.put(task)
+
+    def failures(self) -> list[BaseException]:
+        """The errors of the tasks that failed so far and are not raised yet."""
+        with self._lock:
+            return list(self._errors)
+
+    def raise_failed(self, among: list[BaseException] | None = None) -> None:
+        """Raise the first failure not raised yet (of `among`, when given: those before an
+        event); it and the ones before it are then reported and never raised again."""
+        with self._lock:
+            found = [e for e in self._errors if among is None or any(e is a for a in among)]
+            if not found:
+                return
+            last = self._errors.index(found[-1])
+            del self._errors[:last + 1]
+        raise found[0]
 
     def synchronize(self) -> None:
         with self._lock:
             while self._pending:
                 self._lock.wait()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
+        self.raise_failed()
 
 
 class HostEvent:
+    """A stamp a stream's worker sets when it reaches the event. Never recorded, it counts
+    as complete (as a CUDA event does)."""
+
     def __init__(self) -> None:
         self._done = threading.Event()
+        self._done.set()
         self.time = 0.0
+        self._stream: HostStream | None = None
+        self._failed: list[BaseException] = []  # the stream's failures before the event
 
     def record(self, stream: HostStream) -> None:
         self._done.clear()
+        self._stream = stream
 
         def stamp() -> None:
             self.time = time.perf_counter()
+            self._failed = stream.failures()
             self._done.set()
 
         stream.enqueue(stamp)
 
-    def synchronize(self) -> None:
+    def wait(self) -> None:
+        """Wait for the stream to reach the event."""
         self._done.wait()
+
+    def synchronize(self) -> None:
+        """Wait for the event and raise the first failure of the work before it."""
+        self.wait()
+        failed, self._failed = self._failed, []
+        if self._stream is not None and failed:
+            self._stream.raise_failed(failed)
 
     @staticmethod
     def elapsed_ms(start: HostEvent, end: HostEvent) -> float:
-        start.synchronize()
-        end.synchronize()
+        start.wait()
+        end.wait()
         return (end.time - start.time) * 1e3
 
 
@@ -137,7 +170,7 @@ class HostAllocator(Allocator):
         ready.record(src_stream)
 
         def copy() -> None:
-            ready.synchronize()
+            ready.wait()  # src_stream's failures are its own to raise
             dst[:nbytes] = src[:nbytes]
 
         stream.enqueue(copy)

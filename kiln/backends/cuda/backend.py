@@ -252,6 +252,10 @@ class CudaQueue(Queue):
         check(api().cuEventSynchronize(event.event), "cuEventSynchronize")
 
     def elapsed_ms(self, start: EventHandle, end: EventHandle) -> float:
+        """Waits for both events first: cuEventElapsedTime itself answers NOT_READY while
+        either is pending, where kiln's (and Numba's, CuPy's) elapsed_time waits."""
+        self.synchronize_event(start)
+        self.synchronize_event(end)
         return float(check(api().cuEventElapsedTime(start.event, end.event),
                            "cuEventElapsedTime"))
 

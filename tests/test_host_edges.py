@@ -1,0 +1,290 @@
+"""The host API at its edges, on every available backend: `out=` arrays that do not fit,
+streams and events of another device, read-only NumPy arguments a kernel writes, 0-d and
+bad shapes, unrecorded events, and streams that keep working after a failed launch."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import f32, i32
+from kiln.conformance.cases.host import scale
+
+BACKENDS = [e.name for e in kiln.backends() if e.available]
+CHECKED = [name for name in BACKENDS if name != "serial"]
+"""Backends that report a debug=True kernel's failed checks (the serial backend, a CUSTOM
+one, compiles kernels itself and has no run-time checks)."""
+HANG_S = 60  # seconds a call may take before the test calls it a hang
+
+
+@pytest.fixture(params=BACKENDS)
+def dev(request: pytest.FixtureRequest) -> kiln.Device:
+    return kiln.device(request.param)
+
+
+@pytest.fixture
+def other(dev: kiln.Device) -> kiln.Device:
+    """A second device: the interp's for every other backend, the cpu's (or the serial
+    backend's) for the interp."""
+    if dev.backend.name != "interp":
+        return kiln.device("interp")
+    names = [name for name in BACKENDS if name != "interp"]
+    if not names:
+        pytest.skip("a second device needs a backend besides the interp")
+    return kiln.device(names[0])
+
+
+@kiln.kernel
+def copy_pair(src: f32[:], a: f32[:], b: f32[:], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        a[i] = src[i]
+        b[i] = src[i]
+
+
+@kiln.kernel(debug=True)
+def write_past_end(x: f32[:], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        x[i + 1] = 1.0
+
+
+def finishes(call: Callable[[], Any]) -> Any:
+    """`call()`'s result, failing the test (not hanging it) if it does not return."""
+    result: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(HANG_S)
+    assert not worker.is_alive(), f"{call} did not return within {HANG_S} s"
+    if errors:
+        raise errors[0]
+    return result[0] if result else None
+
+
+# ------------------------------------------------------------------ out= of copies
+
+
+def bad_outs() -> list[tuple[Any, str]]:
+    """`out` arrays a copy of a (10,) float32 array cannot go into, with what the error
+    says of each."""
+    readonly = np.zeros(10, np.float32)
+    readonly.flags.writeable = False
+    return [
+        (np.zeros(5, np.float32), r"shape \(10,\); its shape is \(5,\)"),
+        (np.zeros(12, np.float32), r"its shape is \(12,\)"),
+        (np.zeros((2, 5), np.float32), r"its shape is \(2, 5\)"),
+        (np.zeros(10, np.float64), "float32 array of shape.*its dtype is float64"),
+        (np.zeros(10, np.int32), "its dtype is int32"),
+        (np.zeros(20, np.float32)[::2], "not C-contiguous"),
+        (readonly, "read-only"),
+        ([0.0] * 10, "takes a NumPy array, got list"),
+    ]
+
+
+def test_copy_to_host_refuses_an_out_that_does_not_fit(dev: kiln.Device) -> None:
+    a = kiln.to_device(np.arange(10, dtype=np.float32), dev)
+    view = kiln.to_device(np.arange(20, dtype=np.float32), dev)[::2]
+    for out, message in bad_outs():
+        before = np.array(out, copy=True)
+        for array in (a, view):
+            with pytest.raises(kiln.CopyError, match=message):
+                array.copy_to_host(out)
+        np.testing.assert_array_equal(np.asarray(out), before)  # nothing was written
+    good = np.zeros(10, np.float32)
+    assert a.copy_to_host(good) is good
+    np.testing.assert_array_equal(good, np.arange(10, dtype=np.float32))
+    np.testing.assert_array_equal(view.copy_to_host(good), np.arange(0, 20, 2))
+
+
+def test_copy_from_host_refuses_another_shape(dev: kiln.Device) -> None:
+    a = kiln.to_device(np.arange(10, dtype=np.float32), dev)
+    for src in (np.zeros(5, np.float32), np.zeros(11), np.zeros((2, 5), np.float32)):
+        shape = re.escape(str(src.shape))
+        with pytest.raises(kiln.CopyError, match=rf"shape {shape}.*shape \(10,\)"):
+            a.copy_from_host(src)
+    a.copy_from_host(np.arange(10, 20))  # other dtypes convert, as NumPy assignment does
+    np.testing.assert_array_equal(a.numpy(), np.arange(10, 20, dtype=np.float32))
+
+
+# ------------------------------------------------------------------ another device's stream
+
+
+def test_another_devices_stream_is_refused_everywhere(dev: kiln.Device,
+                                                       other: kiln.Device) -> None:
+    theirs = kiln.Stream(other)
+    host = np.arange(8, dtype=np.float32)
+    a = kiln.to_device(host, dev)
+    refused: list[tuple[str, Callable[[], Any]]] = [
+        ("kiln.to_device", lambda: kiln.to_device(host, dev, stream=theirs)),
+        ("copy_from_host", lambda: a.copy_from_host(host + 1, stream=theirs)),
+        ("copy_to_host", lambda: a.copy_to_host(stream=theirs)),
+        ("copy_to_host", lambda: a[::2].copy_to_host(stream=theirs)),
+        ("copying into", lambda: kiln.to_device(host, other).to(dev, stream=theirs)),
+        ("launching scale on", lambda: kiln.launch(scale, dim=8, args=(a, 2.0, 8),
+                                                   device=dev, stream=theirs)),
+        ("launching scale on", lambda: kiln.launch(scale, 1, 8, (host.copy(), 2.0, 8),
+                                                   device=dev, stream=theirs)),
+        ("lives on", lambda: scale[1, 8, theirs](a, 2.0, 8)),
+        ("lives on", lambda: scale[kiln.dim(8), theirs](a, 2.0, 8)),
+        ("recording an event", lambda: kiln.Event(dev).record(theirs)),
+    ]
+    for what, call in refused:
+        with pytest.raises(kiln.DeviceMismatchError, match=what):
+            call()
+    with pytest.raises(kiln.DeviceMismatchError, match="events of one device"):
+        kiln.Event(dev).record().elapsed_time(kiln.Event(other).record())
+    dev.synchronize()
+    other.synchronize()
+    np.testing.assert_array_equal(a.numpy(), host)  # no refused copy or launch wrote it
+
+
+def test_a_stream_must_be_a_kiln_stream(dev: kiln.Device) -> None:
+    a = kiln.zeros(4, f32, dev)
+    for call in (lambda: a.copy_to_host(stream=0),
+                 lambda: kiln.to_device(np.zeros(4), dev, stream="s"),
+                 lambda: kiln.launch(scale, dim=4, args=(a, 2.0, 4), stream=7),
+                 lambda: kiln.Event(dev).record(dev)):
+        with pytest.raises(TypeError, match="takes a kiln.Stream"):
+            call()
+
+
+def test_parts_of_one_device_keep_their_streams() -> None:
+    cpu = kiln.device("cpu") if "cpu" in BACKENDS else None
+    if cpu is None or cpu.capabilities.compute_units < 2:
+        pytest.skip("splitting needs the cpu backend with two compute units or more")
+    left, right = cpu.split(2)
+    with pytest.raises(kiln.DeviceMismatchError, match="stream is on cpu:0.1, not cpu:0.0"):
+        kiln.to_device(np.zeros(4), left, stream=kiln.Stream(right))
+
+
+# ------------------------------------------------------------------ read-only NumPy arguments
+
+
+def test_a_read_only_argument_the_kernel_writes_is_refused_first(dev: kiln.Device) -> None:
+    src = np.arange(16, dtype=np.float32)
+    a = np.zeros(16, np.float32)
+    frozen = np.frombuffer(np.zeros(16, np.float32).tobytes(), np.float32)
+    for readonly in (frozen, np.zeros(16, np.float32)):
+        readonly.setflags(write=False)
+        with pytest.raises(kiln.LaunchError, match=r"argument 'b' \(#3\).*read-only"):
+            kiln.launch(copy_pair, dim=16, args=(src, a, readonly, 16), device=dev)
+        dev.synchronize()
+        np.testing.assert_array_equal(a, 0)  # refused before anything ran
+    read_only_source = src.copy()
+    read_only_source.setflags(write=False)
+    kiln.launch(copy_pair, dim=16, args=(read_only_source, a, a.copy(), 16), device=dev)
+    np.testing.assert_array_equal(a, src)  # a kernel may read a read-only array
+
+
+def test_strided_numpy_arguments_come_back(dev: kiln.Device) -> None:
+    x = np.ones(20, np.float32)
+    kiln.launch(scale, dim=10, args=(x[::2], 3.0, 10), device=dev)
+    np.testing.assert_array_equal(x, np.tile(np.float32([3.0, 1.0]), 10))
+
+
+# ------------------------------------------------------------------ shapes and dtypes
+
+
+def test_zero_dimensional_arrays(dev: kiln.Device, other: kiln.Device) -> None:
+    a = kiln.to_device(np.array(3.5, np.float32), dev)
+    assert (a.shape, a.size, a.ndim, a.nbytes) == ((), 1, 0, 4)
+    result = a.numpy()
+    assert result.shape == () and result == np.float32(3.5)
+    assert a.copy().numpy() == 3.5 and a.to(other).numpy() == 3.5
+    a.copy_from_host(np.array(-1.0))
+    out = np.empty((), np.float32)
+    assert a.copy_to_host(out) is out and out == -1.0
+    assert kiln.to_device(7, dev).numpy() == 7
+    assert kiln.zeros((), i32, dev).numpy() == 0
+    with pytest.raises(TypeError, match="len"):
+        len(a)
+
+
+@pytest.mark.parametrize("make", [kiln.empty, kiln.zeros,
+                                  lambda shape, device: kiln.full(shape, 1.0, f32, device)])
+def test_bad_shapes_and_dtypes_are_refused_at_once(dev: kiln.Device, make: Any) -> None:
+    for shape, error, message in ((-5, ValueError, "0 or more, got -5"),
+                                  ((4, -1), ValueError, r"got -1 in shape \(4, -1\)"),
+                                  (2.5, TypeError, "ints or tuples of ints, got 2.5"),
+                                  ((2, 3.0), TypeError, "got"),
+                                  (True, TypeError, "got True"),
+                                  ("8", TypeError, "got '8'"),
+                                  ((2**40, 2**40), ValueError, "over 2\\*\\*63 bytes")):
+        with pytest.raises(error, match=message):
+            make(shape, device=dev)
+    for dtype in ("garbage", object, np.str_):
+        with pytest.raises(TypeError, match="kiln arrays hold numbers"):
+            kiln.empty(4, dtype, dev)
+    assert kiln.empty(np.int64(3), device=dev).shape == (3,)
+    assert kiln.zeros([2, np.int32(0)], device=dev).numpy().shape == (2, 0)
+
+
+def test_big_endian_data_arrives_in_the_devices_byte_order(dev: kiln.Device) -> None:
+    host = np.arange(6, dtype=">f4")
+    a = kiln.to_device(host, dev)
+    assert a.dtype == np.float32
+    np.testing.assert_array_equal(a.numpy(), np.arange(6, dtype=np.float32))
+
+
+# ------------------------------------------------------------------ events
+
+
+def test_an_unrecorded_event_counts_as_complete(dev: kiln.Device) -> None:
+    event = kiln.Event(dev)
+    finishes(event.synchronize)
+    with pytest.raises(RuntimeError, match="both events must be recorded"):
+        event.elapsed_time(kiln.Event(dev).record())
+    with pytest.raises(RuntimeError, match="both events must be recorded"):
+        kiln.Event(dev).record().elapsed_time(event)
+
+
+def test_elapsed_time_waits_for_the_end(dev: kiln.Device) -> None:
+    n = 1 << 16
+    x = kiln.to_device(np.ones(n, np.float32), dev)
+    kiln.launch(scale, dim=n, args=(x, 1.0, n), device=dev)
+    start = kiln.Event(dev).record()
+    for _ in range(20):
+        kiln.launch(scale, dim=n, args=(x, 1.0, n), device=dev)
+    end = kiln.Event(dev).record()
+    assert finishes(lambda: start.elapsed_time(end)) >= 0  # at once: the end is still queued
+
+
+@pytest.mark.parametrize("dev", CHECKED, indirect=True)
+def test_a_failed_launch_never_wedges_its_stream(dev: kiln.Device) -> None:
+    stream = kiln.Stream(dev)
+    x = kiln.zeros(4, f32, dev)
+    write_past_end[kiln.dim(4), stream](x, 4)
+    start = kiln.Event(dev).record(stream)
+    y = kiln.to_device(np.arange(4, dtype=np.float32), dev, stream=stream)
+    end = kiln.Event(dev).record(stream)
+    assert finishes(lambda: start.elapsed_time(end)) >= 0
+    with pytest.raises(kiln.IndexOutOfBoundsError, match="outside its 4 elements"):
+        finishes(end.synchronize)  # the failure before the event, raised once
+    finishes(stream.synchronize)
+    finishes(dev.synchronize)
+    np.testing.assert_array_equal(y.numpy(), np.arange(4))  # the work after it ran
+    np.testing.assert_array_equal(finishes(lambda: y.to(dev).numpy()), np.arange(4))
+
+
+@pytest.mark.parametrize("dev", CHECKED, indirect=True)
+def test_a_failed_launch_is_raised_once_by_its_stream(dev: kiln.Device) -> None:
+    x = kiln.zeros(4, f32, dev)
+    write_past_end[kiln.dim(4)](x, 4)
+    with pytest.raises(kiln.IndexOutOfBoundsError):
+        finishes(x.numpy)
+    assert finishes(x.numpy).shape == (4,)
+    finishes(dev.synchronize)
