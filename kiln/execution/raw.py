@@ -22,6 +22,7 @@ from ..runtime.array import DeviceArray
 from ..runtime.device import Device, Stream
 from ..runtime.device import device as resolve_device
 from .executor import adopt_foreign, as_dim3, validate_dims
+from .kernel import caller_loc
 
 
 class RawKernel:
@@ -34,7 +35,7 @@ class RawKernel:
     def __init__(self, source: str | bytes, name: str, backend: str = "cuda",
                  **options: Any) -> None:
         self.source, self.name, self.backend_name = source, name, backend
-        self.options = KernelOptions.of(options, f"RawKernel {name}")
+        self.options = KernelOptions.of(options, f"RawKernel {name}", caller_loc())
         self._routines: dict[Device, Launchable] = {}
 
     def __repr__(self) -> str:
