@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ from conftest import marked_line, requires_backend, run_python
 import kiln
 from kiln import f32, f64, i32, i64, u32
 from kiln.codegen import compile_error
+from kiln.conformance.cases.algorithms import shifted_cubes
 from kiln.examples import block_sum, vector_add
 
 pytestmark = requires_backend("opencl", "no OpenCL device")
@@ -72,12 +76,32 @@ def _fences(kernel: kiln.Kernel) -> list[str]:
 
 
 def test_barriers_fence_global_memory_only_where_needed(dev):
-    assert _fences(block_sum) == ["barrier(CLK_LOCAL_MEM_FENCE);"] * 2
+    assert _fences(block_sum) == ["barrier(CLK_LOCAL_MEM_FENCE);"] * 3  # one heads the loop
     assert _fences(rotate_in_place) == ["barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"]
     g = np.arange(64, dtype=np.float32)
     rotate_in_place[1, 64](g, 64)
     dev.synchronize()
     np.testing.assert_array_equal(g, np.roll(np.arange(64, dtype=np.float32), -1))
+
+
+def test_barrier_loops_begin_with_a_barrier():
+    """Each loop that reaches a barrier starts with one, a shape PoCL's region formation
+    takes; loops without barriers and loops already starting with one are left alone."""
+    lines = [line.strip() for line in block_sum.source("opencl").splitlines()]
+    grid_stride, tree = lines.index("while (i < n) {"), lines.index("while (k > 0) {")
+    assert lines[grid_stride + 1] != "barrier(CLK_LOCAL_MEM_FENCE);"
+    assert lines[tree + 1] == "barrier(CLK_LOCAL_MEM_FENCE);"
+    source = shifted_cubes.source("opencl").split("__kernel")[1]
+    assert source.count("barrier(") == 3
+
+
+def test_pocl_survives_barrier_loops_that_once_aborted_it():
+    """Run in a subprocess: the PoCL failure this guards against aborts the process."""
+    script = Path(__file__).parent / "fixtures" / "barrier_loops.py"
+    result = subprocess.run([sys.executable, str(script), "opencl"], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    assert "same as the interp" in result.stdout
 
 
 def test_devices_rank_by_kind(dev):

@@ -44,6 +44,8 @@ def test_an_unknown_option_names_the_closest_and_the_decorator_line() -> None:
         def typo(a: f32[:]):
             a[0] = 1.0
     assert "unknown option 'fastmth' (did you mean 'fastmath'?" in info.value.message
+    assert info.value.loc is not None and info.value.loc.file == HERE
+    assert str(info.value).startswith(f"{HERE}:{info.value.loc.line}:")
     assert isinstance(info.value, TypeError) and isinstance(info.value, kiln.KernelError)
 
     def spelled(a: f32[:]):
@@ -54,6 +56,16 @@ def test_an_unknown_option_names_the_closest_and_the_decorator_line() -> None:
     assert info.value.loc is not None and info.value.loc.file == HERE
     assert info.value.loc.line == inspect.getsourcelines(spelled)[1]
     assert "@kiln.func spelled" in info.value.message
+
+
+def test_an_unknown_option_with_no_close_name_points_at_the_decorator_line() -> None:
+    line = inspect.currentframe().f_lineno + 2  # type: ignore[union-attr]
+    with pytest.raises(OptionError) as info:
+        kiln.kernel(bogus=True)
+    assert info.value.loc is not None
+    assert (info.value.loc.file, info.value.loc.line) == (HERE, line)
+    assert "unknown option 'bogus' (valid options: fastmath," in info.value.message
+    assert "kiln.kernel(bogus=True)" in str(info.value)  # the line is quoted under the loc
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -70,8 +82,11 @@ def test_values_are_validated(options, message) -> None:
 
 
 def test_raw_kernels_validate_their_options() -> None:
-    with pytest.raises(OptionError, match="RawKernel axpy: unknown option 'fast'"):
+    line = inspect.currentframe().f_lineno + 2  # type: ignore[union-attr]
+    with pytest.raises(OptionError, match="RawKernel axpy: unknown option 'fast'") as info:
         kiln.RawKernel("", "axpy", fast=True)
+    assert info.value.loc is not None
+    assert (info.value.loc.file, info.value.loc.line) == (HERE, line)
 
 
 def test_cache_keys_hash_options_by_value() -> None:

@@ -382,7 +382,7 @@ class CEmitter(Visitor[Any]):
 
     def stmt_While(self, s: ir.While) -> None:
         with self.indented(f"while ({self.expr(s.cond).text}) {{", loc=s.loc):
-            self.block(s.body)
+            self.loop_body(s)
 
     def for_header(self, s: ir.For, var: str) -> str:
         """`for (...)` with Python's range semantics (the step's sign decides the test)."""
@@ -404,7 +404,11 @@ class CEmitter(Visitor[Any]):
             self.line(self.unroll_pragma.format(n=s.unroll), loc)
             loc = None
         with self.indented(self.for_header(s, self.var(s.var)) + " {", loc=loc):
-            self.block(s.body)
+            self.loop_body(s)
+
+    def loop_body(self, s: ir.While | ir.For) -> None:
+        """A loop's body; a dialect may begin it with more (OpenCL's barrier loops)."""
+        self.block(s.body)
 
     def stmt_Break(self, s: ir.Break) -> None:
         self.line("break;", s.loc)

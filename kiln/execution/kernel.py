@@ -216,7 +216,7 @@ def caller_loc() -> Loc | None:
 def _decorator(cls: type[Compilable], decorator: str, fn: Callable[..., Any] | None,
                options: dict[str, Any]) -> Any:
     if fn is None:  # @kiln.kernel(...): check the options where they are written
-        checked = _options(decorator, options)
+        checked = _options(decorator, options, caller_loc())
         return lambda f: _decorator(cls, decorator, f, checked.changed())
     if not inspect.isfunction(fn):
         raise UnsupportedError(f"{decorator} decorates a function, got {fn!r}", caller_loc())

@@ -21,6 +21,7 @@ from ..options import KernelOptions
 from ..runtime.array import DeviceArray
 from ..runtime.device import Device, Stream
 from .executor import adopt_foreign, as_dim3, launch_device, validate_dims
+from .kernel import caller_loc
 
 
 class RawKernel:
@@ -33,7 +34,7 @@ class RawKernel:
     def __init__(self, source: str | bytes, name: str, backend: str = "cuda",
                  **options: Any) -> None:
         self.source, self.name, self.backend_name = source, name, backend
-        self.options = KernelOptions.of(options, f"RawKernel {name}")
+        self.options = KernelOptions.of(options, f"RawKernel {name}", caller_loc())
         self._routines: dict[Device, Launchable] = {}
 
     def __repr__(self) -> str:

@@ -58,6 +58,16 @@ BOTH_FENCES = "CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE"
 """`barrier()` orders shared memory, and global memory too wherever the block may have
 written global memory before it (as CUDA's __syncthreads does); see `global_barriers`."""
 
+LOOP_BARRIER = f"barrier({LOCAL_FENCE});"
+"""The first statement of every loop that reaches a barrier (unless it is one already).
+PoCL (3.0 and 3.1 at least) forms its parallel regions between barriers, and aborts the
+whole process (`ParallelRegion.cc: Assertion 'exit != NULL' failed`) on a loop with
+barriers whose first region, from the loop's head to its first barrier, holds a loop of its
+own that LLVM keeps (a constant-trip loop such as the one of `x ** 3`, a compare-and-swap
+atomic). A barrier at the head makes that region empty. It changes nothing else: a barrier
+loop runs the same iterations in every thread of the block (the convergence check), and
+the loop's own barriers keep their fences; an extra barrier per iteration costs little."""
+
 NATIVE_ATOMICS = {"atomic_add": "add", "atomic_sub": "sub", "atomic_min": "min",
                   "atomic_max": "max", "atomic_and": "and", "atomic_or": "or",
                   "atomic_xor": "xor", "atomic_exch": "xchg", "atomic_cas": "cmpxchg"}
@@ -171,7 +181,20 @@ class OpenCLEmitter(NativeVectors, CEmitter):
 
     def emit(self, program: ir.Program) -> str:
         self.global_barriers = global_barriers(program)
+        self.barrier_functions = barrier_functions(program)
         return super().emit(program)
+
+    def loop_body(self, s: ir.While | ir.For) -> None:
+        """A loop that reaches a barrier begins each iteration with one (`LOOP_BARRIER`)."""
+        first = s.body[0] if s.body else None
+        starts_with_barrier = isinstance(first, ir.ExprStmt) and _is_barrier(first.expr)
+        if not starts_with_barrier and self.reaches_barrier(s.body):
+            self.line(LOOP_BARRIER)
+        super().loop_body(s)
+
+    def reaches_barrier(self, body: list[ir.Stmt]) -> bool:
+        return any(_is_barrier(n) or (isinstance(n, ir.Call) and n.func in self.barrier_functions)
+                   for n in walk(body))
 
     def float_suffix(self, t: Type) -> str:
         return ""  # OpenCL's math built-ins are overloaded on the argument type
@@ -278,6 +301,16 @@ def _access(node: ir.Expr | ir.Stmt | list[ir.Stmt], touches: dict[str, Access])
             reads |= called[0]
             writes |= called[1]
     return frozenset(reads), frozenset(writes)
+
+
+def barrier_functions(program: ir.Program) -> set[str]:
+    """Names of the device functions that reach a barrier (themselves or through calls)."""
+    found: set[str] = set()
+    for func in program.functions:  # callees first
+        if any(_is_barrier(n) or (isinstance(n, ir.Call) and n.func in found)
+               for n in walk(func.body)):
+            found.add(func.name)
+    return found
 
 
 def _is_barrier(node: ir.Expr | ir.Stmt) -> bool:

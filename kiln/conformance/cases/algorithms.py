@@ -76,6 +76,32 @@ def _check_matmul(device, kernel) -> None:
     assert_close(c, a.astype(np.float64) @ b, "c", rtol=1e-4)
 
 
+@kiln.kernel
+def shifted_cubes(x: i32[:], out: i32[:]):
+    s = kiln.shared(i32, BLOCK)
+    t = kiln.thread_idx.x
+    v = x[kiln.global_id(0)]
+    total = 0
+    for r in range(3):  # a loop (v ** 3's) before the first barrier of a barrier loop
+        s[t] = v ** 3
+        kiln.barrier()
+        total += s[(t + 1 + r) % kiln.block_dim.x]
+        kiln.barrier()
+    out[kiln.global_id(0)] = total
+
+
+@case()
+def barrier_loop_with_a_loop_first(device):
+    """Barriers in a loop whose first statement holds a loop, in blocks of 1, 2 and 64."""
+    x = rng(5).integers(-20, 20, 128, dtype=np.int32)
+    for block in (1, 2, 64):
+        out = np.zeros(128, np.int32)
+        run(device, shifted_cubes, 128 // block, block, x, out)
+        cubes = (x.astype(np.int64) ** 3).astype(np.int32).reshape(-1, block)
+        expected = sum(np.roll(cubes, -(1 + r), axis=1) for r in range(3))
+        assert_equal(out, expected.reshape(-1), f"out (block {block})")
+
+
 @case()
 def matmul_naive_f32(device):
     """(70x50) @ (50x60): one thread per output element, 2-D grid."""
