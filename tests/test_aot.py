@@ -231,6 +231,10 @@ def generic(x, n):
 @kiln.kernel
 def broken(x: f32[:], n: i32):
     x[0] = undefined_name
+
+@kiln.kernel
+def scaled(x: f32[:], k: kiln.constexpr):
+    x[0] = x[0] * k
 '''
 
 
@@ -243,8 +247,17 @@ def broken(x: f32[:], n: i32):
     (["--kernel", "generic:f32[:],i32", "--emit", "server"], "no action named 'server'"),
     (["--kernel", "generic:f32[:],i32", "--arch", "not-a-cpu"], "unknown cpu architecture"),
     (["--kernel", "generic:f32[:],i32", "--name", "bad-name"], "not a C identifier"),
-    (["--kernel", "generic:f32[:],i32", "--target", "opencl", "--block", "64"],
-     "the opencl target does not take 'blocks' (its options: none)"),
+    (["--kernel", "generic:f32[:],i32", "--block", "nothing=64"],
+     "--block nothing=...: no kernel 'nothing' is built (kernels: generic)"),
+    (["--kernel", "generic:f32[:],i32", "--block", "64x64x64"],
+     "--block 64x64x64: more than kiln's 65536 threads per block"),
+    (["--kernel", "generic:f32[:],i32", "--block", "=64"], "write [KERNEL=]X, XxY or XxYxZ"),
+    (["--kernel", "generic:f32[:],i32", "--block", "0x4"], "write [KERNEL=]X, XxY or XxYxZ"),
+    (["--kernel", "generic:f33[:],i32"], "'f33[:]' is not a kiln type"),
+    (["--kernel", "generic:f32[:,i32"], "'f32[:,i32' is not a kiln type"),
+    (["--kernel", "scaled:f32[:],[1, 2]"], "parameter k is a constexpr: a constexpr value is a "
+     "Python literal that can be a dict key"),
+    (["--kernel", "generic:f32[:],constexpr({})"], "a constexpr value is a Python literal"),
 ])
 def test_errors_exit_2_and_leave_nothing(args, message, tmp_path, capsys) -> None:
     module = tmp_path / "bad.py"
@@ -254,6 +267,44 @@ def test_errors_exit_2_and_leave_nothing(args, message, tmp_path, capsys) -> Non
     assert main(["build", str(module), "-o", str(out), *target, *args]) == 2
     assert message in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py"]  # no DIR, no scratch
+
+
+@pytest.mark.parametrize("where", ["file", "under-a-file", "missing-module"])
+def test_bad_output_or_module_exit_2_with_one_message(where, tmp_path, capsys) -> None:
+    """`-o` naming a file or a folder under one, or a module that is not there: one
+    message, exit status 2, and the file left as it was."""
+    module = tmp_path / "bad.py"
+    module.write_text(BAD_KERNELS)
+    (tmp_path / "taken").write_text("mine")
+    out = {"file": tmp_path / "taken", "under-a-file": tmp_path / "taken" / "lib",
+           "missing-module": tmp_path / "out"}[where]
+    source = tmp_path / "absent.py" if where == "missing-module" else module
+    assert main(["build", str(source), "-o", str(out), "--target", "cpu", "--kernel",
+                 "generic:f32[:],i32"]) == 2
+    err = capsys.readouterr().err
+    expected = {"file": f"-o {out}: {out} is a file, not a folder",
+                "under-a-file": f"-o {out}: {tmp_path / 'taken'} is a file, not a folder",
+                "missing-module": f"{source}: no such file"}[where]
+    assert expected in err.replace("\n", "") and "Traceback" not in err
+    assert (tmp_path / "taken").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py", "taken"]
+
+
+def test_an_unwritable_output_folder_exits_2(tmp_path) -> None:
+    """A read-only parent folder (checked in a fresh process that is not root, where
+    permissions apply): one message, exit status 2."""
+    if os.geteuid() == 0:
+        out = Path("/proc/kiln-cannot-write-here/lib")  # not writable even for root
+    else:
+        parent = tmp_path / "read-only"
+        parent.mkdir(mode=0o555)
+        out = parent / "lib"
+    result = subprocess.run([sys.executable, "-m", "kiln", "build", str(EXAMPLES), "--target",
+                             "cpu", "--kernel", "vector_add", "-o", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert f"-o {out}: cannot write there" in result.stderr.replace("\n", "")
+    assert "Traceback" not in result.stderr
 
 
 def test_a_failed_rebuild_keeps_the_previous_library(tmp_path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LaunchError
+from ..errors import IndexOutOfBoundsError, LaunchError
 from ..ir.types import SCALAR_BY_NAME, ScalarType, fits
 
 CTYPES: dict[str, Any] = {
@@ -29,6 +29,27 @@ CTYPES: dict[str, Any] = {
 
 class LibraryError(RuntimeError):
     """A library call failed; the message is the library's own (`NAME_error_string`)."""
+
+
+class LibraryLaunchError(LibraryError, LaunchError):
+    """The library refused a call's arguments (`NAME_ERROR_INVALID_ARGUMENT`)."""
+
+
+INVALID_ARGUMENT, OUT_OF_MEMORY, KERNEL_CHECK = 1, 3, 5
+"""The status codes (`NAME.h`) that raise their own errors."""
+
+
+def check_destination(out: Any, shape: tuple[int, ...], dtype: np.dtype, what: str) -> None:
+    """`out` can take a copy of `shape` `dtype` elements in place."""
+    if not isinstance(out, np.ndarray):
+        raise LaunchError(f"{what}: expected a NumPy array, got {type(out).__name__}")
+    if out.shape != shape or out.dtype != dtype:
+        raise LaunchError(f"{what}: expected shape {shape} and dtype {dtype.name}, got shape "
+                          f"{out.shape} and dtype {out.dtype.name}")
+    if not out.flags.c_contiguous:
+        raise LaunchError(f"{what}: the array is not C-contiguous")
+    if not out.flags.writeable:
+        raise LaunchError(f"{what}: the array is read-only")
 
 
 class Dim3(ctypes.Structure):
@@ -53,9 +74,12 @@ class LibraryArray:
         self.ptr: int = library._alloc(self.nbytes)
 
     def copy_to_host(self, out: np.ndarray | None = None) -> np.ndarray:
-        """Wait for the launches before it and return the contents."""
+        """Wait for the launches before it and return the contents (in `out` when given:
+        a writeable, C-contiguous array of the same shape and dtype)."""
         host = np.empty(self.shape, self.dtype) if out is None else out
-        self.library._call("copy_to_host", host.ctypes.data, self.ptr, self.nbytes)
+        if out is not None:
+            check_destination(out, self.shape, self.dtype, "copy_to_host: out")
+        self.library._call("copy_to_host", host.ctypes.data, host.nbytes, self.ptr, self.nbytes)
         return host
 
     def __del__(self) -> None:
@@ -118,6 +142,9 @@ class EntryPoint:
             return value
         if not value.flags.c_contiguous:
             raise LaunchError(f"{where}: the array is not C-contiguous (np.ascontiguousarray)")
+        if p.get("written") and not value.flags.writeable:
+            raise LaunchError(f"{where}: {self.name} writes it, and the array is read-only "
+                              "(pass a writeable copy, e.g. np.array(a))")
         device = self.library.to_device(value)
         if p.get("written"):
             copy_back.append((value, device))
@@ -162,7 +189,7 @@ class Library:
             "alloc": (ptr, [ctx, size]),
             "free": (ctypes.c_int, [ctx, ptr]),
             "copy_to_device": (ctypes.c_int, [ctx, ptr, ptr, size]),
-            "copy_to_host": (ctypes.c_int, [ctx, ptr, ptr, size]),
+            "copy_to_host": (ctypes.c_int, [ctx, ptr, size, ptr, size]),
         }
         for name, (restype, argtypes) in signatures.items():
             fn = self._fn(name)
@@ -180,9 +207,14 @@ class Library:
         return getattr(self._lib, f"{self.prefix}_{name}")
 
     def _status(self, status: int) -> None:
-        if status != 0:
-            message = self._fn("error_string")().decode(errors="replace")
-            raise LibraryError(message or f"status {status}")
+        if status == 0:
+            return
+        message = self._fn("error_string")().decode(errors="replace") or f"status {status}"
+        if status == INVALID_ARGUMENT:
+            raise LibraryLaunchError(message)
+        if status == KERNEL_CHECK:
+            raise IndexOutOfBoundsError(message)
+        raise LibraryError(message)
 
     def _call(self, name: str, *args: Any) -> None:
         self._status(self._fn(name)(self._ctx, *args))
@@ -190,7 +222,7 @@ class Library:
     def _alloc(self, nbytes: int) -> int:
         ptr = self._fn("alloc")(self._ctx, nbytes)
         if not ptr:
-            self._status(3)
+            self._status(OUT_OF_MEMORY)
         return int(ptr)
 
     def empty(self, shape: int | Sequence[int], dtype: Any) -> LibraryArray:
