@@ -112,7 +112,8 @@ static int kiln_check_context(const void *ctx, const char *what) {{
 static int kiln_check_memory(const kiln_ranges *memory, const char *what, const char *name,
                              const void *p, size_t nbytes) {{
     if (!nbytes) return {LIB}_SUCCESS;
-    long long room = p ? kiln_ranges_room(memory, p) : -1;
+    if (!p) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", what, name);
+    long long room = kiln_ranges_room(memory, p);
     if (room < 0)
         return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
                          "%s: %s (%p) is not memory of this context ({lib}_alloc)",
