@@ -625,6 +625,8 @@ def test_load_library_refuses_launches_kiln_launch_refuses(checked_library) -> N
         lib.fill(2, 2**30, x, 1.0)
     lib.fill(16, 64, x, 2.5)
     np.testing.assert_array_equal(x.copy_to_host(), np.full(1000, 2.5, np.float32))
+    with pytest.raises(kiln.LaunchError, match="shape is non-negative ints, got .-5,."):
+        lib.empty(-5, np.float32)
 
 
 def test_copy_to_host_checks_the_destination(checked_library) -> None:
@@ -737,3 +739,46 @@ def test_cuda_library_of_checked_kernels_builds_without_a_gpu(tmp_path) -> None:
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "chk_context_create failed (2): no NVIDIA driver" in result.stderr
+
+
+def bundled_opencl_loader(monkeypatch) -> str:
+    """pyopencl's own ICD loader, as `opencl_loader()` finds it without a system one."""
+    from kiln.aot import loader
+
+    real = ctypes.CDLL
+
+    def no_system_loader(name, *args, **kwargs):
+        if name == "libOpenCL.so.1":
+            raise OSError("hidden by the test")
+        return real(name, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(loader.ctypes, "CDLL", no_system_loader)
+        found = loader.opencl_loader()
+    if found is None:
+        pytest.skip("pyopencl's wheel bundles no ICD loader here")
+    return found
+
+
+@pytest.mark.skipif(bool(opencl_loader_missing()), reason=opencl_loader_missing())
+def test_an_opencl_library_takes_the_loader_kiln_opencl_loader_names(tmp_path,
+                                                                      monkeypatch) -> None:
+    """Without a system libOpenCL.so.1 (pip-only PoCL), KILN_OPENCL_LOADER points the
+    library at another loader: pyopencl's bundled one runs the C API checks here; a path
+    that does not load is reported by context creation. `kiln.aot.opencl_loader()` names
+    the bundled one when the system has none."""
+    bundled = bundled_opencl_loader(monkeypatch)
+    assert "pyopencl" in bundled
+    lib = tmp_path / "lib"
+    build(CHECKED, lib, "--target", "opencl", "--block", "staged=64", name="chk")
+    exe = tmp_path / "client"
+    compile_program(HERE / "api_checks_client.c", lib, "chk", exe)
+    env = {**os.environ, "KILN_OPENCL_LOADER": bundled}
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    check_api_output(result.stdout)
+    env["KILN_OPENCL_LOADER"] = str(tmp_path / "no-such-loader.so")
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 1
+    assert (f"chk_context_create failed (2): KILN_OPENCL_LOADER={tmp_path}/no-such-loader.so "
+            "cannot be loaded") in result.stderr

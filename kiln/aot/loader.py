@@ -8,7 +8,9 @@ are copied in, and back out when the kernel writes them.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,29 @@ CTYPES: dict[str, Any] = {
     "bf16": ctypes.c_uint16, "f32": ctypes.c_float, "f64": ctypes.c_double,
 }
 """ctypes for scalars by element type; f16 and bf16 travel as their bits."""
+
+
+OPENCL_LOADER = "KILN_OPENCL_LOADER"
+"""The variable an opencl library reads for the ICD loader's path (else libOpenCL.so.1)."""
+
+
+def opencl_loader() -> str | None:
+    """The OpenCL ICD loader a C program can use here: the system's `libOpenCL.so.1`, else
+    the one bundled in pyopencl's wheel (which also finds PoCL installed from PyPI's
+    pocl-binary-distribution); None when there is neither."""
+    try:
+        ctypes.CDLL("libOpenCL.so.1")
+        return "libOpenCL.so.1"
+    except OSError:
+        pass
+    spec = importlib.util.find_spec("pyopencl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        bundled = sorted(Path(folder, ".libs").glob("libOpenCL*.so*"))
+        if bundled:
+            return str(bundled[0])
+    return None
 
 
 class LibraryError(RuntimeError):
@@ -68,7 +93,10 @@ class LibraryArray:
     """An array in a library context's device memory (freed with the object)."""
 
     def __init__(self, library: Library, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        self.library, self.shape, self.dtype = library, shape, np.dtype(dtype)
+        if not all(isinstance(n, (int, np.integer)) and n >= 0 for n in shape):
+            raise LaunchError(f"a library array's shape is non-negative ints, got {shape!r}")
+        self.library, self.dtype = library, np.dtype(dtype)
+        self.shape = tuple(int(n) for n in shape)
         self.nbytes = int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize
         self.ndim = len(shape)
         self.ptr: int = library._alloc(self.nbytes)
@@ -171,6 +199,10 @@ class Library:
         self.folder, self.manifest = folder, manifest
         self.prefix: str = manifest["prefix"]
         self.target: str = manifest["target"]
+        if self.target == "opencl" and not os.environ.get(OPENCL_LOADER):
+            found = opencl_loader()
+            if found:  # read by the library when it first needs OpenCL
+                os.environ[OPENCL_LOADER] = found
         self._lib = ctypes.CDLL(str(folder / manifest["library"]))
         self._setup()
         ctx = ctypes.c_void_p()
