@@ -228,7 +228,13 @@ static int kiln_cu_enter({lib}_context *ctx, const char *what) {{
     CUdeviceptr p = 0;
     if (kiln_cu_enter(ctx, "alloc")) return NULL;
     CUresult r = cu.MemAlloc(&p, nbytes ? nbytes : 1);
-    if (r != 0) {{ kiln_cu_check(r, "alloc"); return NULL; }}
+    if (r != 0) {{
+        const char *name = NULL;
+        cu.GetErrorName(r, &name);
+        kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: %zu bytes: %s (%d)", nbytes,
+                  name ? name : "?", r);
+        return NULL;
+    }}
     if (!kiln_ranges_add(&ctx->memory, (void *)(uintptr_t)p, nbytes)) {{
         cu.MemFree(p);
         kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: out of memory");
