@@ -625,6 +625,8 @@ def test_load_library_refuses_launches_kiln_launch_refuses(checked_library) -> N
         lib.fill(2, 2**30, x, 1.0)
     lib.fill(16, 64, x, 2.5)
     np.testing.assert_array_equal(x.copy_to_host(), np.full(1000, 2.5, np.float32))
+    with pytest.raises(kiln.LaunchError, match=r"grid must be 1 to 3 integers from 1 to 2\^31-1"):
+        lib.fill(2**32 + 1, 64, x, 1.0)  # would wrap to 1 as a uint32
     with pytest.raises(kiln.LaunchError, match="shape is non-negative ints, got .-5,."):
         lib.empty(-5, np.float32)
 

@@ -77,15 +77,19 @@ def check_destination(out: Any, shape: tuple[int, ...], dtype: np.dtype, what: s
         raise LaunchError(f"{what}: the array is read-only")
 
 
+MAX_DIM = 2**31 - 1
+"""The largest grid or block dimension (also the library's own limit; uint32 would wrap)."""
+
+
 class Dim3(ctypes.Structure):
     _fields_ = [("x", ctypes.c_uint32), ("y", ctypes.c_uint32), ("z", ctypes.c_uint32)]
 
 
 def dim3(value: int | Sequence[int], what: str) -> Dim3:
     dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) and d >= 1
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) and 1 <= d <= MAX_DIM
                                           for d in dims):
-        raise LaunchError(f"{what} must be 1 to 3 positive integers, got {value!r}")
+        raise LaunchError(f"{what} must be 1 to 3 integers from 1 to 2^31-1, got {value!r}")
     return Dim3(*(int(d) for d in (*dims, 1, 1)[:3]))
 
 
