@@ -78,15 +78,22 @@ _CONSTEXPR_PATTERN = re.compile(r"^constexpr\((.+)\)$")
 _PYTHON_NAMES: dict[str, ScalarType] = {"int": i32, "float": f32, "bool": bool_}
 
 
+def constexpr_value(text: str, what: str) -> Type:
+    """`kiln.constexpr(VALUE)` for a literal that can name a specialisation (hashable)."""
+    try:
+        value = ast.literal_eval(text.strip())
+        hash(value)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise UsageError(f"{what}: a constexpr value is a Python literal that can be a dict "
+                         f"key (a number, bool, string or tuple), e.g. 16, not '{text}'") from None
+    return kiln.constexpr(value)
+
+
 def parse_type(text: str) -> Type:
     """`f32`, `int`, `float64`, `f32[:]`, `i32[:, :]`, `constexpr(16)` -> a kiln type."""
     constexpr = _CONSTEXPR_PATTERN.match(text.strip())
     if constexpr:
-        try:
-            return kiln.constexpr(ast.literal_eval(constexpr.group(1)))
-        except (ValueError, SyntaxError):
-            raise UsageError(f"'{text}': a constexpr value is a Python literal, e.g. "
-                             "constexpr(16)") from None
+        return constexpr_value(constexpr.group(1), f"'{text}'")
     match = _TYPE_PATTERN.match(text.strip())
     name = match.group(1) if match else ""
     scalar = _PYTHON_NAMES.get(name) or SCALAR_BY_NAME.get(name) or getattr(kiln, name, None)
@@ -162,13 +169,9 @@ def kernel_types(kernel: Any, texts: list[str]) -> tuple[Type, ...]:
     out: list[Type] = []
     for (pname, declared), text in zip(kernel.signature, texts):
         if isinstance(declared, ConstexprType) and not text.strip().startswith("constexpr("):
-            try:
-                out.append(kiln.constexpr(ast.literal_eval(text.strip())))
-                continue
-            except (ValueError, SyntaxError):
-                raise UsageError(f"{kernel.name}: parameter {pname} is a constexpr: give its "
-                                 f"value, e.g. 16, not '{text}'") from None
-        out.append(parse_type(text))
+            out.append(constexpr_value(text, f"{kernel.name}: parameter {pname} is a constexpr"))
+        else:
+            out.append(parse_type(text))
     if len(texts) != len(kernel.signature):
         raise UsageError(f"{kernel.name} has {len(kernel.signature)} parameter(s), "
                          f"{len(texts)} type(s) given")
@@ -297,15 +300,17 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_block(text: str) -> tuple[int, int, int]:
-    """`256`, `16x16` or `8x8x4` -> (x, y, z)."""
+def parse_block(text: str) -> tuple[str | None, tuple[int, int, int]]:
+    """`256`, `16x16`, `8x8x4` -> (None, (x, y, z)); `KERNEL=16x16` -> (KERNEL, ...)."""
+    kernel, _, shape = text.rpartition("=")
     try:
-        dims = [int(d) for d in text.lower().split("x")]
+        dims = [int(d) for d in shape.lower().split("x")]
     except ValueError:
         dims = []
-    if not 1 <= len(dims) <= 3 or min(dims) < 1:
-        raise UsageError(f"--block {text!r}: write X, XxY or XxYxZ, e.g. 256 or 16x16")
-    return (*dims, 1, 1)[:3]  # type: ignore[return-value]
+    if not 1 <= len(dims) <= 3 or min(dims) < 1 or (_ and not kernel):
+        raise UsageError(f"--block {text!r}: write [KERNEL=]X, XxY or XxYxZ, e.g. 256 or "
+                         "matmul=16x16")
+    return kernel or None, (*dims, 1, 1)[:3]  # type: ignore[return-value]
 
 
 def actions_help() -> str:
@@ -435,9 +440,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", action="append",
                    help="cuda: sm_XX (repeat or comma-separate; default: this machine's GPU "
                    "or sm_90); cpu: a -march value (default native)")
-    p.add_argument("--block", action="append",
-                   help="cpu: a block shape compiled as a constant, e.g. 256 or 16x16 "
-                   "(repeat; default 256; others still run, reading the shape at run time)")
+    p.add_argument("--block", action="append", metavar="[KERNEL=]SHAPE",
+                   help="a block shape the kernels (or KERNEL) must be launched with, e.g. "
+                   "256 or matmul=16x16 (repeat for more; launches with other shapes are "
+                   "refused; default: any shape)")
     p = command("demo", cmd_demo,
                 "vector_add, reduce and matmul checked against NumPy, with timings")
     p.add_argument("--device", "-d", help="device spec, e.g. interp, cpu, cuda:0")

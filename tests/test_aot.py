@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,9 +66,9 @@ def build(module: Path, out: Path, *args: str, name: str = "ex") -> None:
     assert status == 0
 
 
-def compile_program(source: Path, lib_dir: Path, name: str, exe: Path) -> None:
+def compile_program(source: Path, lib_dir: Path, name: str, exe: Path, *flags: str) -> None:
     """gcc, strict, against the header; linked to libNAME.so with an rpath."""
-    cmd = ["gcc", "-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", f"-I{lib_dir}",
+    cmd = ["gcc", "-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", *flags, f"-I{lib_dir}",
            str(source), f"-L{lib_dir}", f"-l{name}", f"-Wl,-rpath,{lib_dir}", "-o", str(exe)]
     result = subprocess.run(cmd, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -231,6 +232,10 @@ def generic(x, n):
 @kiln.kernel
 def broken(x: f32[:], n: i32):
     x[0] = undefined_name
+
+@kiln.kernel
+def scaled(x: f32[:], k: kiln.constexpr):
+    x[0] = x[0] * k
 '''
 
 
@@ -243,8 +248,17 @@ def broken(x: f32[:], n: i32):
     (["--kernel", "generic:f32[:],i32", "--emit", "server"], "no action named 'server'"),
     (["--kernel", "generic:f32[:],i32", "--arch", "not-a-cpu"], "unknown cpu architecture"),
     (["--kernel", "generic:f32[:],i32", "--name", "bad-name"], "not a C identifier"),
-    (["--kernel", "generic:f32[:],i32", "--target", "opencl", "--block", "64"],
-     "the opencl target does not take 'blocks' (its options: none)"),
+    (["--kernel", "generic:f32[:],i32", "--block", "nothing=64"],
+     "--block nothing=...: no kernel 'nothing' is built (kernels: generic)"),
+    (["--kernel", "generic:f32[:],i32", "--block", "64x64x64"],
+     "--block 64x64x64: more than kiln's 65536 threads per block"),
+    (["--kernel", "generic:f32[:],i32", "--block", "=64"], "write [KERNEL=]X, XxY or XxYxZ"),
+    (["--kernel", "generic:f32[:],i32", "--block", "0x4"], "write [KERNEL=]X, XxY or XxYxZ"),
+    (["--kernel", "generic:f33[:],i32"], "'f33[:]' is not a kiln type"),
+    (["--kernel", "generic:f32[:,i32"], "'f32[:,i32' is not a kiln type"),
+    (["--kernel", "scaled:f32[:],[1, 2]"], "parameter k is a constexpr: a constexpr value is a "
+     "Python literal that can be a dict key"),
+    (["--kernel", "generic:f32[:],constexpr({})"], "a constexpr value is a Python literal"),
 ])
 def test_errors_exit_2_and_leave_nothing(args, message, tmp_path, capsys) -> None:
     module = tmp_path / "bad.py"
@@ -254,6 +268,44 @@ def test_errors_exit_2_and_leave_nothing(args, message, tmp_path, capsys) -> Non
     assert main(["build", str(module), "-o", str(out), *target, *args]) == 2
     assert message in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py"]  # no DIR, no scratch
+
+
+@pytest.mark.parametrize("where", ["file", "under-a-file", "missing-module"])
+def test_bad_output_or_module_exit_2_with_one_message(where, tmp_path, capsys) -> None:
+    """`-o` naming a file or a folder under one, or a module that is not there: one
+    message, exit status 2, and the file left as it was."""
+    module = tmp_path / "bad.py"
+    module.write_text(BAD_KERNELS)
+    (tmp_path / "taken").write_text("mine")
+    out = {"file": tmp_path / "taken", "under-a-file": tmp_path / "taken" / "lib",
+           "missing-module": tmp_path / "out"}[where]
+    source = tmp_path / "absent.py" if where == "missing-module" else module
+    assert main(["build", str(source), "-o", str(out), "--target", "cpu", "--kernel",
+                 "generic:f32[:],i32"]) == 2
+    err = capsys.readouterr().err
+    expected = {"file": f"-o {out}: {out} is a file, not a folder",
+                "under-a-file": f"-o {out}: {tmp_path / 'taken'} is a file, not a folder",
+                "missing-module": f"{source}: no such file"}[where]
+    assert expected in err.replace("\n", "") and "Traceback" not in err
+    assert (tmp_path / "taken").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py", "taken"]
+
+
+def test_an_unwritable_output_folder_exits_2(tmp_path) -> None:
+    """A read-only parent folder (checked in a fresh process that is not root, where
+    permissions apply): one message, exit status 2."""
+    if os.geteuid() == 0:
+        out = Path("/proc/kiln-cannot-write-here/lib")  # not writable even for root
+    else:
+        parent = tmp_path / "read-only"
+        parent.mkdir(mode=0o555)
+        out = parent / "lib"
+    result = subprocess.run([sys.executable, "-m", "kiln", "build", str(EXAMPLES), "--target",
+                             "cpu", "--kernel", "vector_add", "-o", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert f"-o {out}: cannot write there" in result.stderr.replace("\n", "")
+    assert "Traceback" not in result.stderr
 
 
 def test_a_failed_rebuild_keeps_the_previous_library(tmp_path) -> None:
@@ -439,3 +491,296 @@ def test_half_precision_and_bool_values_travel_as_bits(target, tmp_path) -> None
         if flag:
             expected = expected + y.astype(np.float32) * np.float32(-2.25)
         np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+CHECKED = HERE / "checked_kernels.py"
+
+API_CHECKS = {
+    "create_null": (1, "context_create: ctx is NULL"),
+    "create_negative_device": (1, "-1"),
+    "create_missing_device": (1, "1000"),
+    "create_left_null": (0, ""),
+    "synchronize_null": (1, "synchronize: the context is NULL"),
+    "synchronize_unknown": (1, "is not a live context (chk_context_create; destroyed?)"),
+    "alloc_null_context": (-1, "alloc: the context is NULL"),
+    "alloc_unknown_context": (-1, "alloc: 0x"),
+    "alloc_huge": (-1, "alloc: 18446744073709551615 bytes"),
+    "free_twice": (1, "is not memory of this context (chk_alloc; freed twice?)"),
+    "free_unknown": (1, "is not memory of this context"),
+    "free_null_context": (1, "free: the context is NULL"),
+    "free_unknown_context": (1, "free: 0x"),
+    "free_null_pointer": (0, ""),
+    "to_device_null_context": (1, "copy_to_device: the context is NULL"),
+    "to_device_unknown_dst": (1, "copy_to_device: device_dst (0x"),
+    "to_device_freed_dst": (1, "is not memory of this context"),
+    "to_device_too_many": (1, "copy_to_device: 4000 bytes at device_dst, which has 40 bytes"),
+    "to_device_null_src": (1, "copy_to_device: host_src is NULL"),
+    "to_device_null_dst": (1, "copy_to_device: device_dst is NULL"),
+    "to_host_small_buffer": (1, "copy_to_host: 4000 bytes into host_dst of 40 bytes"),
+    "to_host_too_many": (1, "copy_to_host: 4000 bytes at device_src, which has 40 bytes"),
+    "to_host_unknown_src": (1, "copy_to_host: device_src (0x"),
+    "to_host_null_dst": (1, "copy_to_host: host_dst is NULL"),
+    "to_host_null_context": (1, "copy_to_host: the context is NULL"),
+    "within_too_many": (1, "copy_device_to_device: 4000 bytes at device_dst"),
+    "within_unknown": (1, "copy_device_to_device: device_src (0x"),
+    "within_freed": (1, "copy_device_to_device: device_dst (0x"),
+    "launch_null_context": (1, "fill: the context is NULL"),
+    "launch_unknown_context": (1, "is not a live context"),
+    "launch_zero_grid": (1, "fill: grid (0, 1, 1): each dimension must be 1 to 2^31-1"),
+    "launch_grid_times_block": (1, "fill: 67108864 blocks of 64 threads along x is over "
+                                "2^31-1 threads per axis"),
+    "launch_tall_grid": (1, "fill: grid (1, 2147483648, 1)"),
+    "launch_block_over_device": (1, "fill: block (1048576, 1, 1) has more than the device's"),
+    "launch_block_y_over": (1, "fill: block (1, 70000, 1) has more than the device's"),
+    "launch_negative_extent": (1, "fill: argument 'x': extent 0 is -1, not >= 0"),
+    "launch_extent_over_memory": (1, "fill: argument 'x' has 1000 elements of 4 bytes; its "
+                                  "memory has 40 bytes from there"),
+    "launch_null_array": (1, "fill: argument 'x' is NULL with 1000 elements"),
+    "launch_unknown_array": (1, "fill: argument 'x' (0x"),
+    "launch_freed_array": (1, "is not memory of this context"),
+    "launch_wrong_block_shape": (1, "staged: block (32, 1, 1) is not a block shape it was "
+                                 "built for (64x1x1)"),
+    "launch_debug_out_of_bounds": (5, "checked_kernels.py:30:9: index out of bounds: kernel "
+                                   "`off_by_one`: thread (40, 0, 0) of block (15, 0, 0) wrote "
+                                   "`x[1000]`, outside its 1000 elements"),
+    "synchronize_destroyed": (1, "is not a live context"),
+    "launch_destroyed": (1, "is not a live context"),
+}
+"""What tests/aot/api_checks_client.c's calls must return: the status (-1: a NULL pointer
+with a message) and part of the message."""
+
+
+def sanitizer_flags() -> list[str]:
+    """AddressSanitizer when this gcc can link it (Debian's gcc can)."""
+    probe = subprocess.run(["gcc", "-fsanitize=address", "-x", "c", "-", "-o", os.devnull],
+                           input="int main(void) { return 0; }", capture_output=True, text=True)
+    return ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"] if probe.returncode == 0 \
+        else []
+
+
+def check_api_output(stdout: str) -> None:
+    lines = stdout.splitlines()
+    assert lines[-1] == "ok", stdout
+    got = {}
+    for line in lines[:-1]:
+        label, status, message = (line.split(" ", 2) + [""])[:3]
+        got[label] = (int(status), message)
+    assert set(got) == set(API_CHECKS)
+    for label, (status, part) in API_CHECKS.items():
+        assert got[label][0] == status and part in got[label][1], (label, got[label])
+
+
+@pytest.mark.parametrize("target", target_params())
+def test_c_api_refuses_bad_calls_without_crashing(target, tmp_path) -> None:
+    """Every entry point, from C, with NULL and unknown contexts and pointers, double
+    frees, bad devices, copies past either end, launches kiln.launch refuses, a wrong block
+    shape and a debug kernel writing past the end: each returns its error code and a
+    message, and the context still works afterwards. The program is built with
+    AddressSanitizer (so a heap overflow fails it)."""
+    lib = tmp_path / "lib"
+    build(CHECKED, lib, "--target", target, "--block", "staged=64", name="chk")
+    exe = tmp_path / "client"
+    compile_program(HERE / "api_checks_client.c", lib, "chk", exe, *sanitizer_flags())
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}  # drivers keep what they load
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    check_api_output(result.stdout)
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+@pytest.mark.skipif(not backend_entry("cpu").available, reason="no C compiler with OpenMP")
+def test_c_api_checks_run_clean_under_valgrind(tmp_path) -> None:
+    """The same program against the cpu library under valgrind's memcheck: no invalid
+    read or write anywhere (OpenCL and CUDA drivers are too slow or noisy under it)."""
+    lib = tmp_path / "lib"
+    build(CHECKED, lib, "--target", "cpu", "--block", "staged=64", name="chk")
+    exe = tmp_path / "client"
+    compile_program(HERE / "api_checks_client.c", lib, "chk", exe)
+    result = subprocess.run(["valgrind", "--error-exitcode=1", "--quiet", str(exe)],
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    check_api_output(result.stdout)
+
+
+@pytest.fixture(scope="module", params=target_params())
+def checked_library(request, tmp_path_factory) -> tuple[str, Path]:
+    target = request.param
+    out = tmp_path_factory.mktemp(f"chk-{target}") / "chk"
+    build(CHECKED, out, "--target", target, "--block", "staged=64", name="chk")
+    return target, out
+
+
+def test_load_library_refuses_launches_kiln_launch_refuses(checked_library) -> None:
+    """grid x block over 2^31-1 along an axis is refused (as kiln.launch refuses it), not
+    run with wrapped thread indices; the context works afterwards."""
+    _, lib_dir = checked_library
+    lib = kiln.load_library(lib_dir)
+    x = lib.empty(1000, np.float32)
+    with pytest.raises(kiln.LaunchError, match=r"fill: 67108864 blocks of 64 threads along x "
+                       r"is over 2\^31-1 threads per axis"):
+        lib.fill(2**26, 64, x, 1.0)
+    with pytest.raises(kiln.LaunchError, match=r"fill: 2 blocks of 1073741824 threads|"
+                       r"block \(1073741824, 1, 1\) has more than"):
+        lib.fill(2, 2**30, x, 1.0)
+    lib.fill(16, 64, x, 2.5)
+    np.testing.assert_array_equal(x.copy_to_host(), np.full(1000, 2.5, np.float32))
+    with pytest.raises(kiln.LaunchError, match=r"grid must be 1 to 3 integers from 1 to 2\^31-1"):
+        lib.fill(2**32 + 1, 64, x, 1.0)  # would wrap to 1 as a uint32
+    with pytest.raises(kiln.LaunchError, match="shape is non-negative ints, got .-5,."):
+        lib.empty(-5, np.float32)
+
+
+def test_copy_to_host_checks_the_destination(checked_library) -> None:
+    """A too-small, wrong-dtype, non-contiguous or read-only `out` is refused before the
+    library writes anything."""
+    _, lib_dir = checked_library
+    lib = kiln.load_library(lib_dir)
+    big = lib.to_device(np.arange(1000, dtype=np.float32))
+    small = np.zeros(10, np.float32)
+    with pytest.raises(kiln.LaunchError, match=r"expected shape \(1000,\) and dtype float32, "
+                       r"got shape \(10,\) and dtype float32"):
+        big.copy_to_host(small)
+    assert not small.any()
+    with pytest.raises(kiln.LaunchError, match="got shape .1000,. and dtype float64"):
+        big.copy_to_host(np.zeros(1000, np.float64))
+    with pytest.raises(kiln.LaunchError, match="not C-contiguous"):
+        big.copy_to_host(np.zeros(2000, np.float32)[::2])
+    frozen = np.zeros(1000, np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(kiln.LaunchError, match="read-only"):
+        big.copy_to_host(frozen)
+    with pytest.raises(kiln.LaunchError, match="expected a NumPy array, got list"):
+        big.copy_to_host([0.0] * 1000)  # type: ignore[arg-type]
+    out = np.empty(1000, np.float32)
+    assert big.copy_to_host(out) is out
+    np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32))
+
+
+def test_a_written_read_only_array_is_refused(checked_library) -> None:
+    """An entry point writing a read-only NumPy array (here one over bytes) raises a kiln
+    error before launching; read-only inputs are fine."""
+    _, lib_dir = checked_library
+    lib = kiln.load_library(lib_dir)
+    data = bytes(4 * 128)
+    frozen = np.frombuffer(data, np.float32)
+    with pytest.raises(kiln.LaunchError, match=r"argument 'x' \(#1\) of fill: fill writes it, "
+                       r"and the array is read-only"):
+        lib.fill(2, 64, frozen, 1.0)
+    assert data == bytes(4 * 128)
+    out = np.zeros(128, np.float32)
+    readonly_in = np.arange(128, dtype=np.float32)
+    readonly_in.flags.writeable = False
+    lib.staged(2, 64, readonly_in, out)
+    np.testing.assert_array_equal(out, np.concatenate([np.arange(63, -1, -1),
+                                                       np.arange(127, 63, -1)]))
+
+
+def test_block_shapes_are_recorded_and_checked(checked_library) -> None:
+    """`--block staged=64`: the header and manifest say so, and another block shape is
+    refused with a message (not run into a bus error or wrong results)."""
+    _, lib_dir = checked_library
+    manifest = json.loads((lib_dir / "chk.json").read_text())
+    shapes = {e["kernel"]: e["block_shapes"] for e in manifest["entry_points"]}
+    assert shapes == {"fill": None, "staged": [[64, 1, 1]], "off_by_one": None}
+    header = (lib_dir / "chk.h").read_text()
+    assert " *   block: 64x1x1 */\nCHK_API int chk_staged(" in header
+    assert " *   block: any shape */\nCHK_API int chk_fill(" in header
+    lib = kiln.load_library(lib_dir)
+    x = np.arange(256, dtype=np.float32)
+    out = np.zeros(256, np.float32)
+    for block in (32, 128, (64, 2)):
+        with pytest.raises(kiln.LaunchError, match=r"staged: block \(.*\) is not a block "
+                           r"shape it was built for \(64x1x1\)"):
+            lib.staged(4, block, x, out)
+    assert not out.any()
+
+
+def test_a_debug_kernel_reports_an_index_out_of_bounds(checked_library) -> None:
+    """`@kiln.kernel(debug=True)` in a library: the launch raises IndexOutOfBoundsError
+    naming the array, the index and the line, as in-process debug launches do; a launch in
+    bounds afterwards succeeds (the status was reset)."""
+    _, lib_dir = checked_library
+    manifest = json.loads((lib_dir / "chk.json").read_text())
+    entry = next(e for e in manifest["entry_points"] if e["kernel"] == "off_by_one")
+    assert entry["options"] == {"debug": True}
+    assert [p["name"] for p in entry["c_parameters"]] == ["x", "x_shape0", "n"]
+    lib = kiln.load_library(lib_dir)
+    x = lib.empty(100, np.float32)
+    with pytest.raises(kiln.IndexOutOfBoundsError, match=r"checked_kernels.py:30:9: index out "
+                       r"of bounds: kernel `off_by_one`: thread \(36, 0, 0\) of block \(1, 0, 0\) "
+                       r"wrote `x\[100\]`, outside its 100 elements"):
+        lib.off_by_one(4, 64, x, 100)
+    lib.off_by_one(4, 64, x, 99)
+    np.testing.assert_array_equal(x.copy_to_host(), np.ones(100, np.float32))
+
+
+def test_a_non_debug_build_has_no_checks(tmp_path) -> None:
+    """Only debug kernels pay for the checks: the plain ones' entries take no status."""
+    lib = tmp_path / "lib"
+    build(CHECKED, lib, "--target", "cpu", "--kernel", "fill", name="plain")
+    header = (lib / "plain.h").read_text()
+    assert "indices are checked" not in header and "kiln_status" not in header
+
+
+@pytest.mark.skipif(bool(nvrtc_missing()), reason=nvrtc_missing())
+def test_cuda_library_of_checked_kernels_builds_without_a_gpu(tmp_path) -> None:
+    """The cuda library of the checked kernels (a debug one, a fixed block shape) builds
+    with NVRTC and the C API checks program compiles against it; with a GPU the
+    parametrised tests above run it, without one it stops at the context, saying why."""
+    lib = tmp_path / "lib"
+    build(CHECKED, lib, "--target", "cuda", "--arch", "sm_90", "--block", "staged=64",
+          name="chk")
+    header = (lib / "chk.h").read_text()
+    assert "CHK_ERROR_KERNEL = 5" in header and " *   block: 64x1x1 */" in header
+    assert "chk_copy_to_host(chk_context *ctx, void *host_dst, size_t host_bytes," in header
+    exe = tmp_path / "client"
+    compile_program(HERE / "api_checks_client.c", lib, "chk", exe)
+    if backend_entry("cuda").available:
+        return
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "chk_context_create failed (2): no NVIDIA driver" in result.stderr
+
+
+def bundled_opencl_loader(monkeypatch) -> str:
+    """pyopencl's own ICD loader, as `opencl_loader()` finds it without a system one."""
+    from kiln.aot import loader
+
+    real = ctypes.CDLL
+
+    def no_system_loader(name, *args, **kwargs):
+        if name == "libOpenCL.so.1":
+            raise OSError("hidden by the test")
+        return real(name, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(loader.ctypes, "CDLL", no_system_loader)
+        found = loader.opencl_loader()
+    if found is None:
+        pytest.skip("pyopencl's wheel bundles no ICD loader here")
+    return found
+
+
+@pytest.mark.skipif(bool(opencl_loader_missing()), reason=opencl_loader_missing())
+def test_an_opencl_library_takes_the_loader_kiln_opencl_loader_names(tmp_path,
+                                                                      monkeypatch) -> None:
+    """Without a system libOpenCL.so.1 (pip-only PoCL), KILN_OPENCL_LOADER points the
+    library at another loader: pyopencl's bundled one runs the C API checks here; a path
+    that does not load is reported by context creation. `kiln.aot.opencl_loader()` names
+    the bundled one when the system has none."""
+    bundled = bundled_opencl_loader(monkeypatch)
+    assert "pyopencl" in bundled
+    lib = tmp_path / "lib"
+    build(CHECKED, lib, "--target", "opencl", "--block", "staged=64", name="chk")
+    exe = tmp_path / "client"
+    compile_program(HERE / "api_checks_client.c", lib, "chk", exe)
+    env = {**os.environ, "KILN_OPENCL_LOADER": bundled}
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    check_api_output(result.stdout)
+    env["KILN_OPENCL_LOADER"] = str(tmp_path / "no-such-loader.so")
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 1
+    assert (f"chk_context_create failed (2): KILN_OPENCL_LOADER={tmp_path}/no-such-loader.so "
+            "cannot be loaded") in result.stderr

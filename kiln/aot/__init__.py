@@ -2,6 +2,6 @@
 built library from Python without the kernels' source or a compiler."""
 
 from .build import build, library_name
-from .loader import Library, LibraryArray, load_library
+from .loader import Library, LibraryArray, load_library, opencl_loader
 
-__all__ = ["Library", "LibraryArray", "build", "library_name", "load_library"]
+__all__ = ["Library", "LibraryArray", "build", "library_name", "load_library", "opencl_loader"]

@@ -18,6 +18,7 @@ from ..execution.kernel import Kernel
 from ..framework.actions import ActionError, ActionRequest, SpecialisedKernel, action_named
 from ..framework.backend import Backend
 from ..framework.registry import registry, target_pipeline
+from ..ir.passes.bounds import check_bounds
 from ..ir.types import ArrayType, ConstexprType, ScalarType, Type
 
 _C_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -61,6 +62,8 @@ def specialise(kernel: Kernel, types: Sequence[Type], backend: Backend) -> Speci
             raise ActionError(f"{kernel.name}: parameter {name} is {t}; library entry points "
                               "take arrays of scalars, scalars and constexpr values")
     program = kernel.program(arg_types)
+    if kernel.options.debug and not backend.checks_bounds:
+        program = check_bounds(program)  # as in-process debug launches (execution.drivers)
     for stage in target_pipeline(backend):
         program = stage(program)
     return SpecialisedKernel(kernel.name, arg_types, names, program, kernel.options)
@@ -82,8 +85,14 @@ def build(kernels: Sequence[tuple[Kernel, Sequence[Type]]], *, target: str, out:
     backend = target_backend(target)
     specialised = [specialise(k, types, backend) for k, types in kernels]
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.kiln-", dir=out.parent))
+    blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise ActionError(f"-o {out}: {blocker} is a file, not a folder")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.kiln-", dir=out.parent))
+    except OSError as exc:
+        raise ActionError(f"-o {out}: cannot write there: {exc.strerror or exc}") from None
     umask = os.umask(0)
     os.umask(umask)
     scratch.chmod(0o777 & ~umask)  # mkdtemp's folder is private; the result is not
@@ -91,6 +100,8 @@ def build(kernels: Sequence[tuple[Kernel, Sequence[Type]]], *, target: str, out:
         action.run(ActionRequest(name, target, specialised, scratch, tuple(architectures),
                                  dict(settings or {})))
         return _move_into(scratch, out)
+    except OSError as exc:
+        raise ActionError(f"-o {out}: writing the files failed: {exc}") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -8,14 +8,16 @@ are copied in, and back out when the kernel writes them.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import LaunchError
+from ..errors import IndexOutOfBoundsError, LaunchError
 from ..ir.types import SCALAR_BY_NAME, ScalarType, fits
 
 CTYPES: dict[str, Any] = {
@@ -27,8 +29,56 @@ CTYPES: dict[str, Any] = {
 """ctypes for scalars by element type; f16 and bf16 travel as their bits."""
 
 
+OPENCL_LOADER = "KILN_OPENCL_LOADER"
+"""The variable an opencl library reads for the ICD loader's path (else libOpenCL.so.1)."""
+
+
+def opencl_loader() -> str | None:
+    """The OpenCL ICD loader a C program can use here: the system's `libOpenCL.so.1`, else
+    the one bundled in pyopencl's wheel (which also finds PoCL installed from PyPI's
+    pocl-binary-distribution); None when there is neither."""
+    try:
+        ctypes.CDLL("libOpenCL.so.1")
+        return "libOpenCL.so.1"
+    except OSError:
+        pass
+    spec = importlib.util.find_spec("pyopencl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        bundled = sorted(Path(folder, ".libs").glob("libOpenCL*.so*"))
+        if bundled:
+            return str(bundled[0])
+    return None
+
+
 class LibraryError(RuntimeError):
     """A library call failed; the message is the library's own (`NAME_error_string`)."""
+
+
+class LibraryLaunchError(LibraryError, LaunchError):
+    """The library refused a call's arguments (`NAME_ERROR_INVALID_ARGUMENT`)."""
+
+
+INVALID_ARGUMENT, OUT_OF_MEMORY, KERNEL_CHECK = 1, 3, 5
+"""The status codes (`NAME.h`) that raise their own errors."""
+
+
+def check_destination(out: Any, shape: tuple[int, ...], dtype: np.dtype, what: str) -> None:
+    """`out` can take a copy of `shape` `dtype` elements in place."""
+    if not isinstance(out, np.ndarray):
+        raise LaunchError(f"{what}: expected a NumPy array, got {type(out).__name__}")
+    if out.shape != shape or out.dtype != dtype:
+        raise LaunchError(f"{what}: expected shape {shape} and dtype {dtype.name}, got shape "
+                          f"{out.shape} and dtype {out.dtype.name}")
+    if not out.flags.c_contiguous:
+        raise LaunchError(f"{what}: the array is not C-contiguous")
+    if not out.flags.writeable:
+        raise LaunchError(f"{what}: the array is read-only")
+
+
+MAX_DIM = 2**31 - 1
+"""The largest grid or block dimension (also the library's own limit; uint32 would wrap)."""
 
 
 class Dim3(ctypes.Structure):
@@ -37,9 +87,9 @@ class Dim3(ctypes.Structure):
 
 def dim3(value: int | Sequence[int], what: str) -> Dim3:
     dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) and d >= 1
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) and 1 <= d <= MAX_DIM
                                           for d in dims):
-        raise LaunchError(f"{what} must be 1 to 3 positive integers, got {value!r}")
+        raise LaunchError(f"{what} must be 1 to 3 integers from 1 to 2^31-1, got {value!r}")
     return Dim3(*(int(d) for d in (*dims, 1, 1)[:3]))
 
 
@@ -47,15 +97,21 @@ class LibraryArray:
     """An array in a library context's device memory (freed with the object)."""
 
     def __init__(self, library: Library, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        self.library, self.shape, self.dtype = library, shape, np.dtype(dtype)
+        if not all(isinstance(n, (int, np.integer)) and n >= 0 for n in shape):
+            raise LaunchError(f"a library array's shape is non-negative ints, got {shape!r}")
+        self.library, self.dtype = library, np.dtype(dtype)
+        self.shape = tuple(int(n) for n in shape)
         self.nbytes = int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize
         self.ndim = len(shape)
         self.ptr: int = library._alloc(self.nbytes)
 
     def copy_to_host(self, out: np.ndarray | None = None) -> np.ndarray:
-        """Wait for the launches before it and return the contents."""
+        """Wait for the launches before it and return the contents (in `out` when given:
+        a writeable, C-contiguous array of the same shape and dtype)."""
         host = np.empty(self.shape, self.dtype) if out is None else out
-        self.library._call("copy_to_host", host.ctypes.data, self.ptr, self.nbytes)
+        if out is not None:
+            check_destination(out, self.shape, self.dtype, "copy_to_host: out")
+        self.library._call("copy_to_host", host.ctypes.data, host.nbytes, self.ptr, self.nbytes)
         return host
 
     def __del__(self) -> None:
@@ -118,6 +174,9 @@ class EntryPoint:
             return value
         if not value.flags.c_contiguous:
             raise LaunchError(f"{where}: the array is not C-contiguous (np.ascontiguousarray)")
+        if p.get("written") and not value.flags.writeable:
+            raise LaunchError(f"{where}: {self.name} writes it, and the array is read-only "
+                              "(pass a writeable copy, e.g. np.array(a))")
         device = self.library.to_device(value)
         if p.get("written"):
             copy_back.append((value, device))
@@ -144,6 +203,10 @@ class Library:
         self.folder, self.manifest = folder, manifest
         self.prefix: str = manifest["prefix"]
         self.target: str = manifest["target"]
+        if self.target == "opencl" and not os.environ.get(OPENCL_LOADER):
+            found = opencl_loader()
+            if found:  # read by the library when it first needs OpenCL
+                os.environ[OPENCL_LOADER] = found
         self._lib = ctypes.CDLL(str(folder / manifest["library"]))
         self._setup()
         ctx = ctypes.c_void_p()
@@ -162,7 +225,7 @@ class Library:
             "alloc": (ptr, [ctx, size]),
             "free": (ctypes.c_int, [ctx, ptr]),
             "copy_to_device": (ctypes.c_int, [ctx, ptr, ptr, size]),
-            "copy_to_host": (ctypes.c_int, [ctx, ptr, ptr, size]),
+            "copy_to_host": (ctypes.c_int, [ctx, ptr, size, ptr, size]),
         }
         for name, (restype, argtypes) in signatures.items():
             fn = self._fn(name)
@@ -180,9 +243,14 @@ class Library:
         return getattr(self._lib, f"{self.prefix}_{name}")
 
     def _status(self, status: int) -> None:
-        if status != 0:
-            message = self._fn("error_string")().decode(errors="replace")
-            raise LibraryError(message or f"status {status}")
+        if status == 0:
+            return
+        message = self._fn("error_string")().decode(errors="replace") or f"status {status}"
+        if status == INVALID_ARGUMENT:
+            raise LibraryLaunchError(message)
+        if status == KERNEL_CHECK:
+            raise IndexOutOfBoundsError(message)
+        raise LibraryError(message)
 
     def _call(self, name: str, *args: Any) -> None:
         self._status(self._fn(name)(self._ctx, *args))
@@ -190,7 +258,7 @@ class Library:
     def _alloc(self, nbytes: int) -> int:
         ptr = self._fn("alloc")(self._ctx, nbytes)
         if not ptr:
-            self._status(3)
+            self._status(OUT_OF_MEMORY)
         return int(ptr)
 
     def empty(self, shape: int | Sequence[int], dtype: Any) -> LibraryArray:

@@ -42,7 +42,7 @@ static void save(const char *dir, const char *name, const void *device, size_t n
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     void *host = malloc(nbytes);
-    check(ex_copy_to_host(ctx, host, device, nbytes), "ex_copy_to_host");
+    check(ex_copy_to_host(ctx, host, nbytes, device, nbytes), "ex_copy_to_host");
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(host, 1, nbytes, f) != nbytes) { perror(path); exit(1); }
     fclose(f);

@@ -62,9 +62,9 @@ int main(int argc, char **argv) {
     CHECK(kernels_histogram(ctx, hist_grid, hist_block, ddata, BYTES, dbins, BINS, BYTES));
     CHECK(kernels_synchronize(ctx));
 
-    CHECK(kernels_copy_to_host(ctx, out, dout, N * 4));
-    CHECK(kernels_copy_to_host(ctx, dst, ddst, H * W * 8));
-    CHECK(kernels_copy_to_host(ctx, bins, dbins, sizeof bins));
+    CHECK(kernels_copy_to_host(ctx, out, N * 4, dout, N * 4));
+    CHECK(kernels_copy_to_host(ctx, dst, H * W * 8, ddst, H * W * 8));
+    CHECK(kernels_copy_to_host(ctx, bins, sizeof bins, dbins, sizeof bins));
     dump(dir, "x.f32", x, N * 4);
     dump(dir, "y.f32", y, N * 4);
     dump(dir, "out.f32", out, N * 4);

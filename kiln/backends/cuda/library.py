@@ -22,6 +22,7 @@ from ...codegen.library.entries import EntryPoint
 from ...codegen.library.glue import api_macro, c_bytes, common_source, launch_functions
 from ...codegen.library.host import compile_object, link_library
 from ...framework.actions import ActionError
+from ...ir.passes.status import STATUS_WORDS
 from . import nvrtc
 from .backend import capabilities_of, compile_cached
 from .dialect import CudaEmitter
@@ -115,8 +116,10 @@ struct {lib}_context {{
     CUcontext context;
     CUstream stream;
     int max_threads;
+    kiln_ranges memory;
     CUmodule modules[{count}];
     CUfunction functions[{count}];
+    CUdeviceptr status[{count}];
 }};
 
 {images}
@@ -126,6 +129,19 @@ struct {lib}_context {{
     int count = 0;
     if (kiln_cu_problem[0]) return kiln_fail({LIB}_ERROR_UNAVAILABLE, "%s", kiln_cu_problem), 0;
     return cu.DeviceGetCount(&count) == 0 ? count : 0;
+}}
+
+/* Everything a context holds (not its memory, which the program frees). */
+static void kiln_cu_release({lib}_context *ctx) {{
+    cu.CtxSetCurrent(ctx->context);
+    if (ctx->stream) {{ cu.StreamSynchronize(ctx->stream); cu.StreamDestroy(ctx->stream); }}
+    for (int k = 0; k < {count}; k++) {{
+        if (ctx->modules[k]) cu.ModuleUnload(ctx->modules[k]);
+        if (ctx->status[k]) cu.MemFree(ctx->status[k]);
+    }}
+    if (ctx->context) cu.DevicePrimaryCtxRelease(ctx->device);
+    free(ctx->memory.items);
+    free(ctx);
 }}
 
 /* The cubin for compute capability `cc` (major * 10 + minor), or -1. */
@@ -162,7 +178,7 @@ static int kiln_cu_pick(int cc) {{
     if (status != {LIB}_SUCCESS) {{ free(c); return status; }}
     int arch = kiln_cu_pick(major * 10 + minor);
     if (arch < 0) {{
-        {lib}_context_destroy(c);
+        kiln_cu_release(c);
         return kiln_fail({LIB}_ERROR_UNAVAILABLE,
                          "context_create: device %d is sm_%d%d; the library has cubins for %s "
                          "(kiln build --arch)", device, major, minor, kiln_arch_names);
@@ -178,25 +194,29 @@ static int kiln_cu_pick(int cc) {{
                                                         kiln_functions[k]),
                                    "cuModuleGetFunction");
     }}
-    if (status != {LIB}_SUCCESS) {{ {lib}_context_destroy(c); return status; }}
+    for (int k = 0; k < {count} && status == {LIB}_SUCCESS; k++) {{
+        const int32_t zeros[{status_words}] = {{0}};
+        if (!kiln_checked[k]) continue;
+        status = kiln_cu_check(cu.MemAlloc(&c->status[k], sizeof zeros), "context_create");
+        if (status == {LIB}_SUCCESS)
+            status = kiln_cu_check(cu.MemcpyHtoD(c->status[k], zeros, sizeof zeros),
+                                   "context_create");
+    }}
+    if (status == {LIB}_SUCCESS && !kiln_context_known(c, 1, 0))
+        status = kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "context_create: out of memory");
+    if (status != {LIB}_SUCCESS) {{ kiln_cu_release(c); return status; }}
     *ctx = c;
     return {LIB}_SUCCESS;
 }}
 
 {api} void {lib}_context_destroy({lib}_context *ctx) {{
-    if (!ctx) return;
-    cu.CtxSetCurrent(ctx->context);
-    if (ctx->stream) {{ cu.StreamSynchronize(ctx->stream); cu.StreamDestroy(ctx->stream); }}
-    for (int k = 0; k < {count}; k++)
-        if (ctx->modules[k]) cu.ModuleUnload(ctx->modules[k]);
-    if (ctx->context) cu.DevicePrimaryCtxRelease(ctx->device);
-    free(ctx);
+    if (ctx && kiln_context_known(ctx, 0, 1)) kiln_cu_release(ctx);
 }}
 
 /* Make the context current in the calling thread (the driver's state is per thread). */
 static int kiln_cu_enter({lib}_context *ctx, const char *what) {{
-    if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "%s: the context is NULL", what);
-    return kiln_cu_check(cu.CtxSetCurrent(ctx->context), what);
+    int status = kiln_check_context(ctx, what);
+    return status ? status : kiln_cu_check(cu.CtxSetCurrent(ctx->context), what);
 }}
 
 {api} int {lib}_synchronize({lib}_context *ctx) {{
@@ -208,13 +228,28 @@ static int kiln_cu_enter({lib}_context *ctx, const char *what) {{
     CUdeviceptr p = 0;
     if (kiln_cu_enter(ctx, "alloc")) return NULL;
     CUresult r = cu.MemAlloc(&p, nbytes ? nbytes : 1);
-    if (r != 0) {{ kiln_cu_check(r, "alloc"); return NULL; }}
+    if (r != 0) {{
+        const char *name = NULL;
+        cu.GetErrorName(r, &name);
+        kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: %zu bytes: %s (%d)", nbytes,
+                  name ? name : "?", r);
+        return NULL;
+    }}
+    if (!kiln_ranges_add(&ctx->memory, (void *)(uintptr_t)p, nbytes)) {{
+        cu.MemFree(p);
+        kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: out of memory");
+        return NULL;
+    }}
     return (void *)(uintptr_t)p;
 }}
 
 {api} int {lib}_free({lib}_context *ctx, void *device_ptr) {{
     int status = kiln_cu_enter(ctx, "free");
     if (status || !device_ptr) return status;
+    if (!kiln_ranges_remove(&ctx->memory, device_ptr))
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "free: %p is not memory of this context ({lib}_alloc; freed twice?)",
+                         device_ptr);
     return kiln_cu_check(cu.MemFree((CUdeviceptr)(uintptr_t)device_ptr), "free");
 }}
 
@@ -222,14 +257,17 @@ static int kiln_cu_enter({lib}_context *ctx, const char *what) {{
 {api} int {lib}_copy_to_device({lib}_context *ctx, void *device_dst, const void *host_src,
                           size_t nbytes) {{
     int status = kiln_cu_enter(ctx, "copy_to_device");
+    if (!status) status = kiln_check_copy_in(&ctx->memory, device_dst, host_src, nbytes);
     if (status || !nbytes) return status;
     return kiln_cu_check(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)device_dst, host_src, nbytes),
                          "copy_to_device");
 }}
 
-{api} int {lib}_copy_to_host({lib}_context *ctx, void *host_dst, const void *device_src,
-                          size_t nbytes) {{
+{api} int {lib}_copy_to_host({lib}_context *ctx, void *host_dst, size_t host_bytes,
+                          const void *device_src, size_t nbytes) {{
     int status = kiln_cu_enter(ctx, "copy_to_host");
+    if (!status)
+        status = kiln_check_copy_out(&ctx->memory, host_dst, host_bytes, device_src, nbytes);
     if (status || !nbytes) return status;
     return kiln_cu_check(cu.MemcpyDtoH(host_dst, (CUdeviceptr)(uintptr_t)device_src, nbytes),
                          "copy_to_host");
@@ -238,10 +276,23 @@ static int kiln_cu_enter({lib}_context *ctx, const char *what) {{
 {api} int {lib}_copy_device_to_device({lib}_context *ctx, void *device_dst,
                                   const void *device_src, size_t nbytes) {{
     int status = kiln_cu_enter(ctx, "copy_device_to_device");
+    if (!status) status = kiln_check_copy_within(&ctx->memory, device_dst, device_src, nbytes);
     if (status || !nbytes) return status;
     return kiln_cu_check(cu.MemcpyDtoD((CUdeviceptr)(uintptr_t)device_dst,
                                        (CUdeviceptr)(uintptr_t)device_src, nbytes),
                          "copy_device_to_device");
+}}
+
+/* Entry k's status once its launches have finished, zeroed for the next. */
+static int kiln_status_read({lib}_context *ctx, int k, int32_t *words) {{
+    const int32_t zeros[{status_words}] = {{0}};
+    int status = kiln_cu_check(cu.StreamSynchronize(ctx->stream), "{lib}: a debug launch");
+    if (!status)
+        status = kiln_cu_check(cu.MemcpyDtoH(words, ctx->status[k], sizeof zeros),
+                               "reading the kernel's status");
+    if (status || !words[0]) return status;
+    return kiln_cu_check(cu.MemcpyHtoD(ctx->status[k], zeros, sizeof zeros),
+                         "zeroing the kernel's status");
 }}
 """
 
@@ -251,9 +302,10 @@ class CudaLibrary(LibraryTarget):
     notes = (
         "cuda target: devices are CUDA device ordinals; each context uses the device's",
         "primary context (shared with the CUDA runtime) and a stream of its own. Device",
-        "pointers are CUdeviceptr values; offsets into them are fine. The driver",
-        "(libcuda.so.1) is loaded at run time.",
+        "pointers are CUdeviceptr values from {lib}_alloc; offsets into them are fine. The",
+        "driver (libcuda.so.1) is loaded at run time.",
     )
+    interior_pointers = True
 
     def architectures(self, requested: Sequence[str]) -> tuple[str, ...]:
         archs = tuple(requested) or (self._default_arch(),)
@@ -276,9 +328,11 @@ class CudaLibrary(LibraryTarget):
 
     def build(self, lib: str, entries: Sequence[EntryPoint], architectures: tuple[str, ...],
               settings: dict[str, Any], work: Path, out: Path) -> dict[str, Any]:
-        source = "\n".join([common_source(lib, "cuda"), DRIVER.format(LIB=lib.upper()),
+        source = "\n".join([common_source(lib, "cuda", self.interior_pointers),
+                            DRIVER.format(LIB=lib.upper()),
                             self._runtime(lib, entries, architectures),
-                            launch_functions(lib, entries, "ctx->max_threads", _launch_body)])
+                            launch_functions(lib, entries, "ctx->max_threads", _launch_body,
+                                             lambda k: f"(uintptr_t)ctx->status[{k}]")])
         link_library(lib, [compile_object(source, work / lib, out)], out, ["-ldl", "-lpthread"])
         return {}
 
@@ -307,9 +361,12 @@ class CudaLibrary(LibraryTarget):
             "static const int kiln_arch_exact[] = {"
             + ", ".join("1" if m and m[3] else "0" for m in ccs) + "};",
             f'static const char kiln_arch_names[] = "{", ".join(archs)}";',
+            "static const int kiln_checked[] = {"
+            + ", ".join(str(int(bool(e.checks))) for e in entries) + "};",
         ]
         return RUNTIME.format(lib=lib, LIB=lib.upper(), api=api_macro(lib), count=len(entries),
-                              archs=len(archs), images="\n".join(table))
+                              archs=len(archs), images="\n".join(table),
+                              status_words=STATUS_WORDS)
 
 
 def _launch_body(e: EntryPoint) -> str:
@@ -317,8 +374,8 @@ def _launch_body(e: EntryPoint) -> str:
     lines = [f"    int kiln_entered = kiln_cu_enter(ctx, \"{e.kernel.kernel}\");",
              "    if (kiln_entered) return kiln_entered;"]
     args = []
-    for p in e.params:
-        if p.role == "pointer":
+    for p in e.arguments:
+        if p.role in ("pointer", "status"):
             lines.append(f"    CUdeviceptr kiln_{p.name} = (CUdeviceptr)(uintptr_t){p.name};")
             args.append(f"&kiln_{p.name}")
         else:

@@ -19,6 +19,7 @@ from ...codegen.library.entries import EntryPoint
 from ...codegen.library.glue import api_macro, c_string, common_source, launch_functions
 from ...codegen.library.host import compile_object, link_library
 from ...framework.actions import ActionError
+from ...ir.passes.status import STATUS_WORDS
 from .build import CORRECT_DIVISION, FAST_MATH, STANDARD
 from .codegen import OpenCLEmitter
 
@@ -42,6 +43,7 @@ typedef struct _cl_event *cl_event;
 #define CL_TRUE 1
 #define CL_DEVICE_TYPE_ALL 0xFFFFFFFFu
 #define CL_MEM_READ_WRITE 1u
+#define CL_MEM_COPY_HOST_PTR 32u
 #define CL_DEVICE_MAX_WORK_GROUP_SIZE 0x1004u
 #define CL_DEVICE_NAME 0x102Bu
 #define CL_DEVICE_SINGLE_FP_CONFIG 0x101Bu
@@ -94,12 +96,24 @@ static const char *const kiln_cl_names[] = {{
 static pthread_once_t kiln_cl_once = PTHREAD_ONCE_INIT;
 static char kiln_cl_problem[512];
 
+/* The ICD loader: KILN_OPENCL_LOADER (a path) when set, else the system's. */
 static void kiln_cl_load(void) {{
-    void *icd = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char *chosen = getenv("KILN_OPENCL_LOADER");
+    void *icd = NULL;
+    if (chosen && *chosen) {{
+        icd = dlopen(chosen, RTLD_NOW | RTLD_LOCAL);
+        if (!icd) {{
+            snprintf(kiln_cl_problem, sizeof kiln_cl_problem,
+                     "KILN_OPENCL_LOADER=%s cannot be loaded: %s", chosen, dlerror());
+            return;
+        }}
+    }}
+    if (!icd) icd = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!icd) icd = dlopen("libOpenCL.so", RTLD_NOW | RTLD_LOCAL);
     if (!icd) {{
         snprintf(kiln_cl_problem, sizeof kiln_cl_problem,
-                 "no OpenCL ICD loader (libOpenCL.so.1): %s", dlerror());
+                 "no OpenCL ICD loader (libOpenCL.so.1; or set KILN_OPENCL_LOADER to one's "
+                 "path): %s", dlerror());
         return;
     }}
     void **slots = (void **)&cl;
@@ -139,11 +153,32 @@ struct {lib}_context {{
     cl_command_queue queue;
     cl_device_id device;
     int max_threads;
+    kiln_ranges memory;
     cl_program programs[{count}];
     cl_kernel kernels[{count}];
+    cl_mem status[{count}];
 }};
 
 {sources}
+
+static int kiln_cl_check(cl_int e, const char *what) {{
+    return e == CL_SUCCESS ? {LIB}_SUCCESS
+                           : kiln_fail({LIB}_ERROR_DEVICE, "%s: OpenCL error %d", what, e);
+}}
+
+/* Everything a context holds (not its memory, which the program frees). */
+static void kiln_cl_release({lib}_context *ctx) {{
+    if (ctx->queue) cl.Finish(ctx->queue);
+    for (int k = 0; k < {count}; k++) {{
+        if (ctx->kernels[k]) cl.ReleaseKernel(ctx->kernels[k]);
+        if (ctx->programs[k]) cl.ReleaseProgram(ctx->programs[k]);
+        if (ctx->status[k]) cl.ReleaseMemObject(ctx->status[k]);
+    }}
+    if (ctx->queue) cl.ReleaseCommandQueue(ctx->queue);
+    if (ctx->context) cl.ReleaseContext(ctx->context);
+    free(ctx->memory.items);
+    free(ctx);
+}}
 
 {api} int {lib}_device_count(void) {{
     cl_device_id devices[KILN_MAX_DEVICES];
@@ -200,8 +235,17 @@ static int kiln_cl_build({lib}_context *c, int k, int correct_division) {{
         : kiln_fail({LIB}_ERROR_DEVICE, "context_create: OpenCL error %d", e);
     for (int k = 0; k < {count} && status == {LIB}_SUCCESS; k++)
         status = kiln_cl_build(c, k, (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0);
+    for (int k = 0; k < {count} && status == {LIB}_SUCCESS; k++) {{
+        int32_t zeros[{status_words}] = {{0}};
+        if (!kiln_checked[k]) continue;
+        c->status[k] = cl.CreateBuffer(c->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                       sizeof zeros, zeros, &e);
+        status = kiln_cl_check(e, "context_create: a status buffer");
+    }}
+    if (status == {LIB}_SUCCESS && !kiln_context_known(c, 1, 0))
+        status = kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "context_create: out of memory");
     if (status != {LIB}_SUCCESS) {{
-        {lib}_context_destroy(c);
+        kiln_cl_release(c);
         return status;
     }}
     *ctx = c;
@@ -209,56 +253,57 @@ static int kiln_cl_build({lib}_context *c, int k, int correct_division) {{
 }}
 
 {api} void {lib}_context_destroy({lib}_context *ctx) {{
-    if (!ctx) return;
-    if (ctx->queue) cl.Finish(ctx->queue);
-    for (int k = 0; k < {count}; k++) {{
-        if (ctx->kernels[k]) cl.ReleaseKernel(ctx->kernels[k]);
-        if (ctx->programs[k]) cl.ReleaseProgram(ctx->programs[k]);
-    }}
-    if (ctx->queue) cl.ReleaseCommandQueue(ctx->queue);
-    if (ctx->context) cl.ReleaseContext(ctx->context);
-    free(ctx);
-}}
-
-static int kiln_cl_check(cl_int e, const char *what) {{
-    return e == CL_SUCCESS ? {LIB}_SUCCESS
-                           : kiln_fail({LIB}_ERROR_DEVICE, "%s: OpenCL error %d", what, e);
+    if (ctx && kiln_context_known(ctx, 0, 1)) kiln_cl_release(ctx);
 }}
 
 {api} int {lib}_synchronize({lib}_context *ctx) {{
-    if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "synchronize: the context is NULL");
-    return kiln_cl_check(cl.Finish(ctx->queue), "synchronize");
+    int status = kiln_check_context(ctx, "synchronize");
+    return status ? status : kiln_cl_check(cl.Finish(ctx->queue), "synchronize");
 }}
 
 /* Device pointers are cl_mem handles: pass them whole (no pointer arithmetic). */
 {api} void *{lib}_alloc({lib}_context *ctx, size_t nbytes) {{
-    if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "alloc: the context is NULL"), NULL;
+    if (kiln_check_context(ctx, "alloc")) return NULL;
     cl_int e;
     cl_mem m = cl.CreateBuffer(ctx->context, CL_MEM_READ_WRITE, nbytes ? nbytes : 1, NULL, &e);
-    if (e != CL_SUCCESS) kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: %zu bytes: OpenCL error %d",
-                                   nbytes, e);
-    return e == CL_SUCCESS ? (void *)m : NULL;
+    if (e != CL_SUCCESS) {{
+        kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: %zu bytes: OpenCL error %d", nbytes, e);
+        return NULL;
+    }}
+    if (!kiln_ranges_add(&ctx->memory, m, nbytes)) {{
+        cl.ReleaseMemObject(m);
+        kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: out of memory");
+        return NULL;
+    }}
+    return (void *)m;
 }}
 
 {api} int {lib}_free({lib}_context *ctx, void *device_ptr) {{
-    (void)ctx;
-    return device_ptr ? kiln_cl_check(cl.ReleaseMemObject((cl_mem)device_ptr), "free")
-                      : {LIB}_SUCCESS;
+    int status = kiln_check_context(ctx, "free");
+    if (status || !device_ptr) return status;
+    if (!kiln_ranges_remove(&ctx->memory, device_ptr))
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "free: %p is not memory of this context ({lib}_alloc; freed twice?)",
+                         device_ptr);
+    return kiln_cl_check(cl.ReleaseMemObject((cl_mem)device_ptr), "free");
 }}
 
 {api} int {lib}_copy_to_device({lib}_context *ctx, void *device_dst, const void *host_src,
                           size_t nbytes) {{
-    if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "copy: the context is NULL");
-    if (!nbytes) return {LIB}_SUCCESS;
+    int status = kiln_check_context(ctx, "copy_to_device");
+    if (!status) status = kiln_check_copy_in(&ctx->memory, device_dst, host_src, nbytes);
+    if (status || !nbytes) return status;
     return kiln_cl_check(cl.EnqueueWriteBuffer(ctx->queue, (cl_mem)device_dst, CL_TRUE, 0,
                                                nbytes, host_src, 0, NULL, NULL),
                          "copy_to_device");
 }}
 
-{api} int {lib}_copy_to_host({lib}_context *ctx, void *host_dst, const void *device_src,
-                          size_t nbytes) {{
-    if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "copy: the context is NULL");
-    if (!nbytes) return {LIB}_SUCCESS;
+{api} int {lib}_copy_to_host({lib}_context *ctx, void *host_dst, size_t host_bytes,
+                          const void *device_src, size_t nbytes) {{
+    int status = kiln_check_context(ctx, "copy_to_host");
+    if (!status)
+        status = kiln_check_copy_out(&ctx->memory, host_dst, host_bytes, device_src, nbytes);
+    if (status || !nbytes) return status;
     return kiln_cl_check(cl.EnqueueReadBuffer(ctx->queue, (cl_mem)device_src, CL_TRUE, 0,
                                               nbytes, host_dst, 0, NULL, NULL),
                          "copy_to_host");
@@ -266,11 +311,24 @@ static int kiln_cl_check(cl_int e, const char *what) {{
 
 {api} int {lib}_copy_device_to_device({lib}_context *ctx, void *device_dst,
                                   const void *device_src, size_t nbytes) {{
-    if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "copy: the context is NULL");
-    if (!nbytes) return {LIB}_SUCCESS;
+    int status = kiln_check_context(ctx, "copy_device_to_device");
+    if (!status) status = kiln_check_copy_within(&ctx->memory, device_dst, device_src, nbytes);
+    if (status || !nbytes) return status;
     return kiln_cl_check(cl.EnqueueCopyBuffer(ctx->queue, (cl_mem)device_src,
                                               (cl_mem)device_dst, 0, 0, nbytes, 0, NULL, NULL),
                          "copy_device_to_device");
+}}
+
+/* Entry k's status once its launches have finished, zeroed for the next. */
+static int kiln_status_read({lib}_context *ctx, int k, int32_t *words) {{
+    const int32_t zeros[{status_words}] = {{0}};
+    int status = kiln_cl_check(cl.EnqueueReadBuffer(ctx->queue, ctx->status[k], CL_TRUE, 0,
+                                                    sizeof zeros, words, 0, NULL, NULL),
+                               "reading the kernel's status");
+    if (status || !words[0]) return status;
+    return kiln_cl_check(cl.EnqueueWriteBuffer(ctx->queue, ctx->status[k], CL_TRUE, 0,
+                                               sizeof zeros, zeros, 0, NULL, NULL),
+                         "zeroing the kernel's status");
 }}
 """
 
@@ -281,8 +339,10 @@ class OpenCLLibrary(LibraryTarget):
         "opencl target: devices are numbered as kiln numbers them (every device of every",
         "platform, in platform order); the kernels are built for the device when the",
         "context is created. Device pointers are cl_mem handles: pass them as {lib}_alloc",
-        "returned them, never offset. The ICD loader (libOpenCL.so.1) is loaded at run time.",
+        "returned them, never offset. The ICD loader is loaded at run time: the file",
+        "KILN_OPENCL_LOADER names when set, else the system's libOpenCL.so.1.",
     )
+    interior_pointers = False
 
     def architectures(self, requested: Sequence[str]) -> tuple[str, ...]:
         if requested:
@@ -292,9 +352,10 @@ class OpenCLLibrary(LibraryTarget):
 
     def build(self, lib: str, entries: Sequence[EntryPoint], architectures: tuple[str, ...],
               settings: dict[str, Any], work: Path, out: Path) -> dict[str, Any]:
-        source = "\n".join([common_source(lib, "opencl"), ICD.format(LIB=lib.upper()),
-                            self._runtime(lib, entries),
-                            launch_functions(lib, entries, "ctx->max_threads", _launch_body)])
+        source = "\n".join([common_source(lib, "opencl", self.interior_pointers),
+                            ICD.format(LIB=lib.upper()), self._runtime(lib, entries),
+                            launch_functions(lib, entries, "ctx->max_threads", _launch_body,
+                                             lambda k: f"ctx->status[{k}]")])
         link_library(lib, [compile_object(source, work / lib, out)], out, ["-ldl", "-lpthread"])
         return {}
 
@@ -308,18 +369,22 @@ class OpenCLLibrary(LibraryTarget):
         sources += "static const char *const kiln_labels[] = {" + ", ".join(
             f'"{e.kernel.kernel}"' for e in entries) + "};\n"
         sources += "static const int kiln_fastmath[] = {" + ", ".join(
-            str(int(e.kernel.options.fastmath)) for e in entries) + "};"
+            str(int(e.kernel.options.fastmath)) for e in entries) + "};\n"
+        sources += "static const int kiln_checked[] = {" + ", ".join(
+            str(int(bool(e.checks))) for e in entries) + "};"
         return RUNTIME.format(lib=lib, LIB=lib.upper(), api=api_macro(lib), count=len(entries),
                               sources=sources, standard=STANDARD, fast_math=FAST_MATH,
+                              status_words=STATUS_WORDS,
                               correct_division=CORRECT_DIVISION)
 
 
 def _launch_body(e: EntryPoint) -> str:
     """Set the arguments (a pointer as its cl_mem), then enqueue the NDRange."""
     lines = [f"    cl_kernel kiln_kernel = ctx->kernels[{e.index}];", "    cl_int e;"]
-    for slot, p in enumerate(e.params):
-        value = f"&(cl_mem){{(cl_mem){p.name}}}" if p.role == "pointer" else f"&{p.name}"
-        size = "sizeof(cl_mem)" if p.role == "pointer" else f"sizeof {p.name}"
+    for slot, p in enumerate(e.arguments):
+        handle = p.role in ("pointer", "status")
+        value = f"&(cl_mem){{(cl_mem){p.name}}}" if handle else f"&{p.name}"
+        size = "sizeof(cl_mem)" if handle else f"sizeof {p.name}"
         lines.append(f"    e = cl.SetKernelArg(kiln_kernel, {slot}, {size}, {value});")
         lines.append(f"    if (e != CL_SUCCESS) return kiln_cl_check(e, \"{e.kernel.kernel}: "
                      f"argument {p.name}\");")

@@ -36,8 +36,11 @@ class LibraryTarget(ABC):
     name: ClassVar[str]
     notes: ClassVar[tuple[str, ...]]
     """Lines for the header's comment: where memory lives, what a device is."""
+    interior_pointers: ClassVar[bool]
+    """Whether a device pointer may point inside an allocation (else only at its start)."""
     settings: ClassVar[dict[str, str]] = {}
-    """The build settings it takes, by name, with the command-line option that gives each."""
+    """The build settings it takes beyond those of every target (`blocks`), by name, with
+    the command-line option that gives each."""
 
     @abstractmethod
     def architectures(self, requested: Sequence[str]) -> tuple[str, ...]:
@@ -61,17 +64,20 @@ def kiln_version() -> str:
 def build_library(target: LibraryTarget, request: ActionRequest) -> None:
     version = kiln_version()
     lib = request.name
-    for name in request.settings:
+    settings = dict(request.settings)
+    blocks = settings.pop("blocks", ())
+    for name in settings:
         if name not in target.settings:
             known = ", ".join(target.settings.values()) or "none"
             raise ActionError(f"the {target.name} target does not take {name!r} "
                               f"(its options: {known})")
     archs = target.architectures(request.architectures)
-    entries = entry_points(lib, request.kernels)
+    entries = entry_points(lib, request.kernels, blocks)
     (request.out_dir / f"{lib}.h").write_text(
-        header_text(lib, target.name, entries, target.notes, version))
+        header_text(lib, target.name, entries, target.notes, version,
+                    target.interior_pointers))
     with tempfile.TemporaryDirectory(prefix="kiln-build-") as work:
-        extra = target.build(lib, entries, archs, request.settings, Path(work), request.out_dir)
+        extra = target.build(lib, entries, archs, settings, Path(work), request.out_dir)
     manifest = {
         "format": MANIFEST_FORMAT,
         "kiln_version": version,
@@ -103,6 +109,7 @@ def _manifest_entry(e: EntryPoint) -> dict[str, Any]:
         "kernel": k.kernel,
         "specialisation": [str(t) for t in k.types],
         "options": k.options.changed(),
+        "block_shapes": [list(b) for b in e.blocks] or None,
         "parameters": params,
         "c_parameters": [{"name": p.name, "role": p.role, "c_type": p.ctype,
                           "parameter": p.abi.param, "element_type": p.abi.type.name,

@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ...framework.actions import ActionError, SpecialisedKernel
+from ...framework.backend import Dim3
 from ...ir.abi import AbiParam, kernel_abi
 from ...ir.analysis import written_params
+from ...ir.nodes import RuntimeCheck
+from ...ir.ranges import MAX_BLOCK_THREADS
 from ...ir.types import (
     ArrayType,
     ConstexprType,
@@ -49,7 +52,9 @@ C_RESERVED = frozenset((
 ))
 """C keywords, and the launch functions' own parameter names."""
 
-Role = Literal["pointer", "extent", "scalar"]
+Role = Literal["pointer", "extent", "scalar", "status", "status_extent"]
+"""`status` and `status_extent`: the status array of a kernel with run-time checks (debug
+bounds checks, recursion depth), which the library passes itself."""
 
 
 @dataclass(frozen=True)
@@ -63,19 +68,33 @@ class CParam:
 
     @property
     def declaration(self) -> str:
-        star = " *" if self.role == "pointer" else " "
+        star = " *" if self.role in ("pointer", "status") else " "
         return f"{self.ctype}{star}{self.name}"
 
 
 @dataclass(frozen=True)
 class EntryPoint:
-    """One launch function: `c_name(ctx, grid, block, params...)`."""
+    """One launch function: `c_name(ctx, grid, block, params...)`. `arguments` are what
+    the kernel takes (the params, then its status array when it has `checks`, the
+    messages of its run-time checks); `blocks` the block shapes it accepts (any when
+    empty)."""
 
     index: int
     c_name: str
     kernel: SpecialisedKernel
-    params: tuple[CParam, ...]
+    arguments: tuple[CParam, ...]
     written: frozenset[str]
+    blocks: tuple[Dim3, ...] = ()
+    checks: tuple[str, ...] = ()
+
+    @property
+    def params(self) -> tuple[CParam, ...]:
+        """The launch function's parameters after ctx, grid and block."""
+        return tuple(p for p in self.arguments if p.role in ("pointer", "extent", "scalar"))
+
+    @property
+    def block_names(self) -> str:
+        return ", ".join("x".join(map(str, b)) for b in self.blocks) or "any"
 
     def prototype(self, lib: str) -> str:
         args = [f"{lib}_context *ctx", f"{lib}_dim3 grid", f"{lib}_dim3 block",
@@ -100,9 +119,19 @@ def signature_suffix(types: Sequence[Type]) -> str:
     return "_".join(parts)
 
 
-def entry_points(lib: str, kernels: Sequence[SpecialisedKernel]) -> list[EntryPoint]:
+def entry_points(lib: str, kernels: Sequence[SpecialisedKernel],
+                 blocks: Sequence[tuple[str | None, Dim3]] = ()) -> list[EntryPoint]:
     """C names (`LIB_KERNEL`, with the signature appended for a kernel built more than
-    once) and parameters for each specialisation."""
+    once), parameters and block shapes (`(kernel or None for all, shape)`) for each
+    specialisation."""
+    names = {k.kernel for k in kernels}
+    for kernel, block in blocks:
+        if kernel is not None and kernel not in names:
+            raise ActionError(f"--block {kernel}=...: no kernel {kernel!r} is built "
+                              f"(kernels: {', '.join(sorted(names))})")
+        if block[0] * block[1] * block[2] > MAX_BLOCK_THREADS:
+            raise ActionError(f"--block {'x'.join(map(str, block))}: more than kiln's "
+                              f"{MAX_BLOCK_THREADS} threads per block")
     counts = Counter(k.kernel for k in kernels)
     out: list[EntryPoint] = []
     seen: set[str] = set()
@@ -112,15 +141,34 @@ def entry_points(lib: str, kernels: Sequence[SpecialisedKernel]) -> list[EntryPo
         if c_name in seen:
             raise ActionError(f"{k.kernel} is asked for twice with the same types")
         seen.add(c_name)
-        out.append(EntryPoint(index, c_name, k, c_params(k), frozenset(written_params(k.program))))
+        shapes = tuple(dict.fromkeys(b for name, b in blocks if name in (None, k.kernel)))
+        out.append(EntryPoint(index, c_name, k, c_params(k), frozenset(written_params(k.program)),
+                              shapes, tuple(check_message(c) for c in k.program.checks)))
     return out
+
+
+def check_message(check: RuntimeCheck) -> str:
+    """The message a failed check reports, as the in-process error renders it: its place,
+    its kind, then the text (`{index}` and the like filled in by the library)."""
+    text = check.message if check.details else check.message.replace("{", "{{").replace(
+        "}", "}}")
+    if check.loc is None:
+        return text
+    kind = getattr(check.error, "kind", check.error.__name__)
+    place = str(check.loc).replace("{", "{{").replace("}", "}}")
+    return f"{place}: {kind}: {text}"
 
 
 def c_params(k: SpecialisedKernel) -> tuple[CParam, ...]:
     params = []
+    status = k.program.kernel.params[-1].name if k.program.checks else None
     for a in kernel_abi(k.program):
         base = c_identifier(a.param)
-        if a.kind == "pointer":
+        if a.param == status:
+            role: Role = "status" if a.kind == "pointer" else "status_extent"
+            params.append(CParam(base if a.kind == "pointer" else f"{base}_shape0",
+                                 "int32_t" if a.kind == "dim" else HEADER_TYPES[a.type], role, a))
+        elif a.kind == "pointer":
             params.append(CParam(base, HEADER_TYPES[a.type], "pointer", a))
         elif a.kind == "dim":
             params.append(CParam(f"{base}_shape{a.axis}", "int32_t", "extent", a))

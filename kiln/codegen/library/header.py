@@ -17,11 +17,13 @@ STATUS_CODES = (
     ("ERROR_UNAVAILABLE", 2, "the driver (CUDA, the OpenCL ICD) or the device is missing"),
     ("ERROR_OUT_OF_MEMORY", 3, "an allocation failed"),
     ("ERROR_DEVICE", 4, "the driver failed a build, launch or copy"),
+    ("ERROR_KERNEL", 5, "a run-time check of the kernel failed (debug=True: an index out of "
+     "bounds)"),
 )
 
 
 def header_text(lib: str, target: str, entries: Sequence[EntryPoint], notes: Sequence[str],
-                version: str) -> str:
+                version: str, interior_pointers: bool) -> str:
     """The header: types, status codes, context, memory, launches, each with a comment."""
     guard = f"{lib.upper()}_H"
     api = f"{lib.upper()}_API"
@@ -29,11 +31,15 @@ def header_text(lib: str, target: str, entries: Sequence[EntryPoint], notes: Seq
                          for name, value, what in STATUS_CODES)
     target_notes = "\n".join(f" * {line}".replace("{lib}", lib).rstrip() for line in notes)
     launches = "\n\n".join(_launch_doc(lib, api, e) for e in entries)
+    interior = " (or point inside one)" if interior_pointers else " (whole handles)"
     return f"""\
 /* {lib}.h: kernels built by kiln {version} (`kiln build --target {target}`).
  *
  * Every function returns a status ({lib.upper()}_SUCCESS or an error code; see
- * {lib}_error_string for the message) unless it says otherwise.
+ * {lib}_error_string for the message) unless it says otherwise. Bad arguments (a NULL or
+ * destroyed context, a pointer this context did not allocate, too few bytes, a grid or
+ * block kiln.launch would refuse, a block shape the kernel was not built for) are
+ * refused with {lib.upper()}_ERROR_INVALID_ARGUMENT before anything runs.
  *
  * Launches run in the order they are made, after the copies before them;
  * {lib}_copy_to_host waits for the launches before it; {lib}_synchronize waits for all.
@@ -90,20 +96,26 @@ typedef struct {lib}_context {lib}_context;
 /* Device memory of `nbytes` bytes, or NULL (see {lib}_error_string). */
 {api} void *{lib}_alloc({lib}_context *ctx, size_t nbytes);
 
-/* Release memory from {lib}_alloc (NULL is allowed). */
+/* Release memory from {lib}_alloc on this context (NULL is allowed; any other pointer,
+   or one released already, is refused with {lib.upper()}_ERROR_INVALID_ARGUMENT). */
 {api} int {lib}_free({lib}_context *ctx, void *device_ptr);
 
-/* Copies of `nbytes` bytes; they return once the source may be reused. */
+/* Copies of `nbytes` bytes; they return once the source may be reused. Device pointers
+   are {lib}_alloc's{interior}; the bytes must lie inside that allocation.
+   {lib}_copy_to_host also takes the size of `host_dst` in bytes and refuses to write
+   more. A refused copy copies nothing. */
 {api} int {lib}_copy_to_device({lib}_context *ctx, void *device_dst, const void *host_src,
                           size_t nbytes);
-{api} int {lib}_copy_to_host({lib}_context *ctx, void *host_dst, const void *device_src,
-                          size_t nbytes);
+{api} int {lib}_copy_to_host({lib}_context *ctx, void *host_dst, size_t host_bytes,
+                          const void *device_src, size_t nbytes);
 {api} int {lib}_copy_device_to_device({lib}_context *ctx, void *device_dst,
                                   const void *device_src, size_t nbytes);
 
 /* ---------------------------------------------------------------- kernels
  * Each launches `grid` blocks of `block` threads (no more than the device allows per
- * block) and returns without waiting for the kernel to finish. */
+ * block, grid * block at most 2^31-1 along each axis; `block:` below gives the shapes a
+ * kernel was built for) and returns without waiting for the kernel to finish. An array's
+ * extents must fit inside its device memory. */
 
 {launches}
 
@@ -129,5 +141,9 @@ def _launch_doc(lib: str, api: str, e: EntryPoint) -> str:
     for name, t in zip(k.parameters, k.types):
         if isinstance(t, ConstexprType):
             lines.append(f" *   {name}: built in as {t.value!r}")
+    lines.append(f" *   block: {e.block_names}" + ("" if e.blocks else " shape"))
+    if e.checks:
+        lines.append(f" *   debug: indices are checked; the launch waits for the kernel and "
+                     f"returns {lib.upper()}_ERROR_KERNEL naming the array and line")
     lines[-1] += " */"
     return "\n".join(lines) + f"\n{api} {e.prototype(lib)};"

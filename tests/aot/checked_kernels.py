@@ -1,0 +1,30 @@
+"""Kernels for the C API's checks (tests/aot/api_checks_client.c): a plain one, one that
+needs blocks of 64 threads (built with `--block staged=64`) and a debug one that writes
+one element past the end."""
+
+import kiln
+from kiln import f32, i32
+
+
+@kiln.kernel
+def fill(x: f32[:], value: f32):
+    i = kiln.global_id(0)
+    if i < x.shape[0]:
+        x[i] = value
+
+
+@kiln.kernel
+def staged(x: f32[:], out: f32[:]):
+    s = kiln.shared(f32, 64)
+    t = kiln.thread_idx.x
+    i = kiln.global_id(0)
+    s[t] = x[i]
+    kiln.barrier()
+    out[i] = s[63 - t]
+
+
+@kiln.kernel(debug=True)
+def off_by_one(x: f32[:], n: i32):
+    i = kiln.global_id(0)
+    if i <= n:
+        x[i] = f32(1)
