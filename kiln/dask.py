@@ -12,6 +12,9 @@ has several devices, the worker's number modulo their count (one worker per GPU)
 the best device. With `on_device=True` result chunks stay in device memory, so chained
 kiln calls on one worker do not copy them back to the host in between; `to_host` brings
 them back (chunks that move between workers go through the host).
+
+Kernels reach workers by module and name where the workers can import them, else by value
+with their source text (docs/scale-out.md, "Dask").
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib
+import io
 import os
 import pickle
 import sys
@@ -32,9 +36,10 @@ import numpy as np
 
 from .errors import LaunchError
 from .execution.kernel import Kernel, launch
-from .execution.kernel import kernel as make_kernel
 from .execution.sharding import Placeholder
 from .ir.types import ArrayType
+from .lang.functions import Compilable
+from .lang.source import adopt_source, parse_function, read_source
 from .runtime.array import DeviceArray, empty, to_device
 from .runtime.device import Device
 from .runtime.device import device as resolve_device
@@ -45,20 +50,19 @@ CHUNK = "chunk"
 
 
 class KernelRef:
-    """A kernel as tasks carry it to workers. A kernel defined at a module's top level
-    travels as its module and name (workers import it; a script's kernels are there too,
-    as process workers import the script); any other as its Python function, options and
-    the names its annotations use. Each process builds the kernel once and reuses it."""
+    """A kernel as tasks carry it to workers (see `_ShippingPickler`); each process
+    unpickles it once and reuses the kernel, with its compiled code."""
 
     _built: dict[str, Kernel] = {}
 
     def __init__(self, kernel: Kernel) -> None:
-        module, name = kernel.pyfunc.__module__, kernel.pyfunc.__qualname__
-        if getattr(sys.modules.get(module), name, None) is kernel:
-            self.blob = pickle.dumps(("ref", module, name))
-        else:
-            self.blob = cloudpickle.dumps(("value", kernel.pyfunc, kernel.options.changed(),
-                                           _annotation_names(kernel.pyfunc)))
+        buffer = io.BytesIO()
+        try:
+            _ShippingPickler(buffer).dump(kernel)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise LaunchError(f"kiln.dask cannot send {kernel.name} to the workers: a value "
+                              f"it reads cannot be pickled ({exc})") from None
+        self.blob = buffer.getvalue()
         self.digest = hashlib.sha256(self.blob).hexdigest()
         self._built.setdefault(self.digest, kernel)
 
@@ -68,31 +72,77 @@ class KernelRef:
     def get(self) -> Kernel:
         found = self._built.get(self.digest)
         if found is None:
-            found = self._built[self.digest] = _rebuild(pickle.loads(self.blob))
+            found = self._built[self.digest] = pickle.loads(self.blob)
         return found
 
 
-def _annotation_names(pyfunc: Any) -> dict[str, Any]:
-    """The globals that the function's annotations name (`f32` in `f32[:]`), which
-    pickling a function by value leaves out."""
-    names: set[str] = set()
-    for annotation in pyfunc.__annotations__.values():
-        if isinstance(annotation, str):
-            tree = ast.parse(annotation, mode="eval")
-            names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    return {n: pyfunc.__globals__[n] for n in names if n in pyfunc.__globals__}
+class _ShippingPickler(cloudpickle.Pickler):
+    """cloudpickle, which sends functions of `__main__` and functions made inside others by
+    value, with kernels and device functions sent as workers can compile them: by module
+    and name where the workers can import them; else by value, with their source text (the
+    frontend reads it, and pickled code carries none), their options and the globals their
+    annotations name, which pickling leaves out."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, Compilable):
+            return _reduce_compilable(obj)
+        return super().reducer_override(obj)
 
 
-def _rebuild(how: tuple[Any, ...]) -> Kernel:
-    if how[0] == "ref":
-        found = importlib.import_module(how[1])
-        for part in how[2].split("."):
-            found = getattr(found, part)
-        return found  # type: ignore[return-value]
-    _, pyfunc, options, names = how
+def _reduce_compilable(fn: Compilable) -> tuple[Any, ...]:
+    where = _import_path(fn)
+    if where is not None:
+        return _import, where
+    pyfunc = fn.pyfunc
+    source = None if _import_path(pyfunc) else read_source(pyfunc)
+    state = (pyfunc, fn.options, _annotation_names(pyfunc), source)
+    # The state goes after the shell, so a recursive device function can name itself.
+    return _shell, (type(fn),), state, None, None, _fill
+
+
+def _import_path(obj: Any) -> tuple[str, str] | None:
+    """The module and qualified name workers import `obj` from, if any. Never `__main__`:
+    a notebook's cannot be imported, and a script's is imported by process workers
+    without what its `if __name__ == "__main__":` block defines."""
+    module = sys.modules.get(obj.__module__) if obj.__module__ != "__main__" else None
+    found = module
+    for part in obj.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return (obj.__module__, obj.__qualname__) if module and found is obj else None
+
+
+def _import(module: str, qualname: str) -> Any:
+    found = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def _shell(kind: type[Compilable]) -> Compilable:
+    return kind.__new__(kind)
+
+
+def _fill(fn: Compilable, state: tuple[Any, ...]) -> None:
+    pyfunc, options, names, source = state
     for name, value in names.items():
         pyfunc.__globals__.setdefault(name, value)
-    return make_kernel(**options)(pyfunc)
+    if source is not None:
+        adopt_source(pyfunc, source)
+    type(fn).__init__(fn, pyfunc, options)
+
+
+def _annotation_names(pyfunc: Any) -> dict[str, Any]:
+    """The globals that the function's annotations name (`f32` in `f32[:]`): the frontend
+    reads annotations from the source, and pickling by value keeps only the globals the
+    code reads."""
+    tree = parse_function(pyfunc).tree
+    names: set[str] = set()
+    for annotation in [a.annotation for a in tree.args.args] + [tree.returns]:
+        node: ast.AST | None = annotation
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):  # "f32[:]"
+            node = ast.parse(node.value, mode="eval")
+        names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} if node else set()
+    return {n: pyfunc.__globals__[n] for n in names if n in pyfunc.__globals__}
 
 
 def worker_device(spec: str | None = None) -> Device:

@@ -3,8 +3,10 @@ workers (one killed in the middle), compared with one device and NumPy."""
 
 from __future__ import annotations
 
+import linecache
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -153,6 +155,87 @@ def test_local_cluster_of_processes(cluster):
                             out="acc").compute()) == int(ints.sum())
     devices = cluster.run(lambda: kd.worker_device().name)
     assert len(devices) == 2
+
+
+NOTEBOOK_CELL = """
+import numpy as np
+import kiln
+from kiln import f32, i32
+
+OFFSET = 0.5
+TABLE = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+
+
+@kiln.func(max_depth=8)
+def triangle(n: i32) -> i32:
+    if n <= 0:
+        return 0
+    return n + triangle(n - 1)
+
+
+@kiln.func
+def twice(v: f32) -> f32:
+    return v * 2.0
+
+
+@kiln.kernel
+def cell_kernel(x: f32[:], out: f32[:], start: i32, rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        g = start + i
+        out[i] = twice(x[i]) + OFFSET + TABLE[g % 4] + f32(triangle(g % 5))
+
+
+@kiln.kernel
+def broken(x: f32[:], out: f32[:], rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        out[i] = x[i] * undefined_scale
+"""
+
+
+def notebook_cell(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """NOTEBOOK_CELL run as Jupyter runs a cell: in `__main__`, from a file name that is
+    no file (IPython keeps the text in `linecache`), so workers can import none of it; its
+    kernels are also set on this process's `__main__`, as a script's guarded block leaves
+    them where process workers (which import the script as `__mp_main__`) do not."""
+    name = f"/tmp/ipykernel_{os.getpid()}/cell-1.py"
+    monkeypatch.setitem(linecache.cache, name, (len(NOTEBOOK_CELL), None,
+                                                NOTEBOOK_CELL.splitlines(True), name))
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    exec(compile(NOTEBOOK_CELL, name, "exec"), namespace)
+    for kernel in ("cell_kernel", "broken"):
+        monkeypatch.setattr(sys.modules["__main__"], kernel, namespace[kernel], raising=False)
+    return namespace
+
+
+def make_scaled(a: float) -> kiln.Kernel:
+    @kiln.kernel
+    def scaled(x: f32[:], out: f32[:], rows: i32):
+        i = kiln.global_id(0)
+        if i < rows:
+            out[i] = x[i] * a
+
+    return scaled
+
+
+def test_kernels_workers_cannot_import_travel_by_value(cluster, monkeypatch):
+    """A notebook's kernels (with the constants, table and device functions they read) and
+    a kernel made inside a function reach process workers with their source text."""
+    cell = notebook_cell(monkeypatch)
+    x = data(1_000, 17)
+    dx = da.from_array(x, chunks=(300, 300, 400))
+    got = kd.map_blocks(cell["cell_kernel"], dx, kiln.shard_start, kiln.shard_rows,
+                        out="out").compute()
+    g = np.arange(1_000)
+    expect = x * 2 + np.float32(0.5) + np.float32([1, 2, 3, 4])[g % 4] + (g % 5) * (g % 5 + 1) // 2
+    assert np.array_equal(got, expect.astype(np.float32))
+    scaled = kd.map_blocks(make_scaled(np.float32(3)), dx, kiln.shard_rows, out="out")
+    assert np.array_equal(scaled.compute(), np.float32(3) * x)
+    line = NOTEBOOK_CELL.splitlines().index("        out[i] = x[i] * undefined_scale") + 1
+    with pytest.raises(kiln.UnknownNameError, match=rf"cell-1\.py \(shipped [0-9a-f]+\):{line}:"
+                                                    r".*undefined_scale"):
+        kd.map_blocks(cell["broken"], dx, kiln.shard_rows, out="out").compute()
 
 
 def _slow(chunk: np.ndarray) -> np.ndarray:
