@@ -35,6 +35,7 @@ import dask.array as da
 import numpy as np
 
 from .errors import LaunchError
+from .execution.executor import check_argument
 from .execution.kernel import Kernel, launch
 from .execution.sharding import Placeholder
 from .ir.types import ArrayType
@@ -178,37 +179,20 @@ class ChunkLaunch:
 
     def __init__(self, kernel: Kernel, args: Sequence[Any], out: str | Sequence[str],
                  device: str | None, halo: int = 0, on_device: bool = False) -> None:
-        self.out = [out] if isinstance(out, str) else list(out)
-        if not self.out:
-            raise LaunchError(f"kiln.dask needs out= naming the output parameter(s) of "
-                              f"{kernel.name}")
+        self.name, self.out = kernel.name, _output_names(kernel, out)
         params = dict(kernel.signature)
-        self.dtypes = [_output_dtype(kernel, name, params.get(name, False)) for name in self.out]
-        inputs = [name for name in params if name not in self.out]
-        if len(args) != len(inputs):
-            raise LaunchError(f"{kernel.name} takes {len(inputs)} argument(s) besides its "
-                              f"outputs ({', '.join(inputs)}), got {len(args)}")
-        values = iter(args)
-        self.kinds: list[Any] = []
-        self.arrays: list[da.Array] = []
-        for name in params:
-            value = OUTPUT if name in self.out else next(values)
-            if isinstance(value, (da.Array, np.ndarray)):
-                self.arrays.append(da.asarray(value))
-                value = CHUNK
-            self.kinds.append(value)
-        if not self.arrays:
-            raise LaunchError(f"kiln.dask: no argument of {kernel.name} is an array to take "
-                              "chunks from")
-        for other in self.arrays[1:]:
-            if other.chunks != self.arrays[0].chunks:
-                raise LaunchError(f"kiln.dask: the array arguments of {kernel.name} must have "
-                                  f"the same shape and chunks; {self.arrays[0].chunks} and "
-                                  f"{other.chunks} differ (use x.rechunk(y.chunks))")
+        self.annotations = [_output_type(kernel, name, params.get(name, False))
+                            for name in self.out]
+        self.dtypes = [a.elem.dtype for a in self.annotations]
+        self.kinds, self.arrays = _bind(kernel, args, self.out)
         rows = self.arrays[0].chunks[0]
         self.starts = [int(s) for s in np.cumsum((0, *rows[:-1]))]
         self.ref, self.device, self.halo, self.on_device = KernelRef(kernel), device, halo, \
             on_device
+
+    def start_of(self, block_info: dict[Any, Any] | None) -> int:
+        """The first row, in the whole array, of the chunk that `block_info` describes."""
+        return self.starts[block_info[None]["chunk-location"][0] if block_info else 0]
 
     def __call__(self, *chunks: Any, block_info: dict[Any, Any] | None = None) -> Any:
         with LAUNCHING:
@@ -216,11 +200,11 @@ class ChunkLaunch:
 
     def launch_chunk(self, chunks: Sequence[Any], block_info: dict[Any, Any] | None) -> Any:
         first = chunks[0]
-        block = block_info[None]["chunk-location"][0] if block_info else 0
         rows = first.shape[0] - 2 * self.halo
         dev = worker_device(self.device)
         outputs = [empty(first.shape, dtype, dev) for dtype in self.dtypes]
-        self.run(dev, chunks, outputs, self.starts[block], rows, (rows, *first.shape[1:]))
+        self.run(dev, chunks, outputs, self.start_of(block_info), rows,
+                 (rows, *first.shape[1:]))
         results = [o if self.on_device else o.numpy() for o in outputs]
         return results[0] if len(results) == 1 else tuple(results)
 
@@ -233,14 +217,73 @@ class ChunkLaunch:
         launch(self.ref.get(), dim=dim, args=call, device=dev)
 
 
-def _output_dtype(kernel: Kernel, name: str, annotation: Any) -> np.dtype:
+def _output_names(kernel: Kernel, out: str | Sequence[str]) -> list[str]:
+    names = [out] if isinstance(out, str) else list(out)
+    if not names:
+        raise LaunchError(f"kiln.dask needs out= naming the output parameter(s) of "
+                          f"{kernel.name}")
+    if len(set(names)) != len(names):
+        raise LaunchError(f"kiln.dask: out= names a parameter of {kernel.name} twice: {names}")
+    return names
+
+
+def _output_type(kernel: Kernel, name: str, annotation: Any) -> ArrayType:
     if annotation is False:
         raise LaunchError(f"{kernel.name} has no parameter {name!r} to write (out=); its "
                           f"parameters: {', '.join(n for n, _ in kernel.signature)}")
     if not isinstance(annotation, ArrayType):
         raise LaunchError(f"output {name!r} of {kernel.name} must be annotated as an array "
                           "(e.g. f32[:]) for kiln.dask to allocate its chunks")
-    return annotation.elem.dtype
+    return annotation
+
+
+def _bind(kernel: Kernel, args: Sequence[Any], out: list[str]) -> tuple[list[Any],
+                                                                        list[da.Array]]:
+    """What each parameter takes (an output, a chunk, a placeholder or a value) and the
+    arrays to take chunks from, checked now as each launch would check them: a mistake is
+    an error where the graph is built, not one per chunk on the workers. A NumPy array
+    is split as the first dask array is."""
+    inputs = [name for name, _ in kernel.signature if name not in out]
+    if len(args) != len(inputs):
+        raise LaunchError(f"{kernel.name} takes {len(inputs)} argument(s) besides its "
+                          f"outputs ({', '.join(inputs)}), got {len(args)}")
+    template = next((a for a in args if isinstance(a, da.Array)), None)
+    values = iter(args)
+    kinds: list[Any] = []
+    arrays: list[da.Array] = []
+    for position, (name, expected) in enumerate(kernel.signature):
+        if name in out:
+            kinds.append(OUTPUT)
+            continue
+        value = next(values)
+        sample = 0 if isinstance(value, Placeholder) else value
+        if isinstance(value, (da.Array, np.ndarray)):
+            value = _as_dask(value, template)
+            if value.ndim == 0:
+                raise LaunchError(f"kiln.dask: argument {name!r} of {kernel.name} is a 0-d "
+                                  "array; pass a number, or an array of one or more axes")
+            arrays.append(value)
+            sample = np.broadcast_to(np.zeros((), value.dtype),  # a first chunk's shape
+                                     tuple(c[0] for c in value.chunks))
+            value = CHUNK
+        check_argument(kernel.name, name, position, expected, sample)
+        kinds.append(value)
+    if not arrays:
+        raise LaunchError(f"kiln.dask: no argument of {kernel.name} is an array to take "
+                          "chunks from")
+    for other in arrays[1:]:
+        if other.chunks != arrays[0].chunks:
+            raise LaunchError(f"kiln.dask: the array arguments of {kernel.name} must have "
+                              f"the same shape and chunks; {arrays[0].chunks} and "
+                              f"{other.chunks} differ (use x.rechunk(y.chunks))")
+    return kinds, arrays
+
+
+def _as_dask(value: da.Array | np.ndarray, template: da.Array | None) -> da.Array:
+    if isinstance(value, np.ndarray) and template is not None \
+            and value.shape == template.shape:
+        return da.from_array(value, chunks=template.chunks)
+    return da.asarray(value)
 
 
 def _on(chunk: Any, dev: Device) -> DeviceArray:
@@ -251,6 +294,10 @@ def _on(chunk: Any, dev: Device) -> DeviceArray:
 
 def _mapped(mapper: Any, task: ChunkLaunch, **extra: Any) -> Any:
     ndim = task.arrays[0].ndim
+    for name, annotation in zip(task.out, task.annotations):
+        if annotation.ndim != ndim:
+            raise LaunchError(f"output {name!r} of {task.name} is {annotation}, and "
+                              f"its chunks take the shape of the {ndim}-d array arguments'")
     if len(task.out) == 1:
         dtype = task.dtypes[0]
         return mapper(task, *task.arrays, dtype=dtype, meta=np.empty((0,) * ndim, dtype),
@@ -281,12 +328,23 @@ def map_overlap(kernel: Kernel, *args: Any, out: str, depth: int, device: str | 
     dropped."""
     if not isinstance(out, str):
         raise LaunchError("kiln.dask.map_overlap writes one output: out='name'")
-    task = ChunkLaunch(kernel, args, out, device, halo=depth)
-    smallest = min(task.arrays[0].chunks[0])
-    if depth > smallest and len(task.arrays[0].chunks[0]) > 1:
+    if not isinstance(depth, (int, np.integer)) or isinstance(depth, bool) or depth < 0:
+        raise LaunchError(f"kiln.dask.map_overlap: depth is a number of rows (an int, 0 or "
+                          f"more), got {depth!r}")
+    task = ChunkLaunch(kernel, args, out, device, halo=int(depth))
+    chunks = task.arrays[0].chunks
+    across = [axis for axis in range(1, len(chunks)) if len(chunks[axis]) > 1]
+    if across:
+        whole = ", ".join(f"{axis}: -1" for axis in across)
+        raise LaunchError(f"kiln.dask.map_overlap adds ghost rows along the first axis only "
+                          f"(a sharded array's halo), and the arrays are chunked along axis "
+                          f"{', '.join(map(str, across))} too; make each chunk whole rows "
+                          f"first: x.rechunk({{{whole}}})")
+    smallest = min(chunks[0])
+    if depth > smallest:
         raise LaunchError(f"kiln.dask.map_overlap: depth {depth} is more than the smallest "
                           f"chunk's {smallest} rows; rechunk (x.rechunk({depth})) or lower it")
-    ndim = task.arrays[0].ndim
+    ndim = len(chunks)
     return _mapped(da.map_overlap, task, depth={0: depth, **{a: 0 for a in range(1, ndim)}},
                    boundary=0, trim=True)
 
@@ -301,30 +359,43 @@ def reduction(kernel: Kernel, array: Any, *args: Any, out: str, combine: np.ufun
     if len(task.arrays) != 1 or len(task.out) != 1:
         raise LaunchError("kiln.dask.reduction reduces one array into one output")
     partial = PartialSum(task, combine, initial)
-    return da.reduction(task.arrays[0], partial, partial.fold, combine=partial.fold,
-                        dtype=task.dtypes[0], concatenate=True)
+    x, dtype = task.arrays[0], task.dtypes[0]
+    partials = x.map_blocks(partial, chunks=tuple((1,) * len(c) for c in x.chunks),
+                            dtype=dtype, meta=np.empty((0,) * x.ndim, dtype))
+    return da.reduction(partials, partial.fold, partial.fold, combine=partial.fold,
+                        dtype=dtype, concatenate=True)
 
 
 class PartialSum:
-    """The chunk and fold functions of `reduction` (picklable, for the workers)."""
+    """The chunk and fold functions of `reduction` (picklable, for the workers): each
+    chunk's partial result is one element of an array of them, one per chunk, which
+    Dask's reduction tree folds."""
 
     def __init__(self, task: ChunkLaunch, combine: np.ufunc, initial: Any) -> None:
         if not isinstance(combine, np.ufunc):
             raise LaunchError(f"kiln.dask.reduction combines with a NumPy ufunc (np.add, "
                               f"np.maximum, ...), not {combine!r}")
-        self.initial = combine.identity if initial is None else initial
-        if self.initial is None:
+        initial = combine.identity if initial is None else initial
+        if initial is None:
             raise LaunchError(f"kiln.dask.reduction: {combine.__name__} has no identity; give "
                               "initial= (e.g. -np.inf for a maximum)")
+        dtype = task.dtypes[0]
+        try:
+            with np.errstate(invalid="raise", over="raise"):
+                self.initial = np.full(1, initial, dtype)
+        except (ValueError, TypeError, OverflowError, FloatingPointError):
+            raise LaunchError(f"kiln.dask.reduction: initial={initial!r} is not a "
+                              f"{dtype.name} value, the type of {task.out[0]!r}") from None
         self.task, self.combine = task, combine
 
-    def __call__(self, chunk: Any, axis: Any, keepdims: bool) -> np.ndarray:
+    def __call__(self, chunk: Any, block_info: dict[Any, Any] | None = None) -> np.ndarray:
         with LAUNCHING:
             dev = worker_device(self.task.device)
-            acc = to_device(np.full(1, self.initial, self.task.dtypes[0]), dev)
-            self.task.run(dev, [chunk], [acc], 0, chunk.shape[0], chunk.shape)
-            value = acc.numpy()[0]
-        return np.full((1,) * chunk.ndim if keepdims else (), value, self.task.dtypes[0])
+            acc = to_device(self.initial, dev)
+            shape = tuple(chunk.shape)
+            self.task.run(dev, [chunk], [acc], self.task.start_of(block_info), shape[0],
+                          shape)
+            return acc.numpy().reshape((1,) * len(shape))
 
     def fold(self, partials: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
         return self.combine.reduce(partials, axis=axis, keepdims=keepdims)

@@ -37,11 +37,30 @@ def total(x: i32[:], acc: i32[:], rows: i32):
 
 
 @kiln.kernel
-def row_offsets(m: f32[:, :], out: f32[:, :], start: i32, rows: i32, cols: i32):
+def row_offsets(m: f32[:, :], out: f32[:, :], start: i32, rows: i32):
     r = kiln.global_id(0)
     c = kiln.global_id(1)
-    if r < rows and c < cols:
+    if r < rows and c < m.shape[1]:
         out[r, c] = m[r, c] + f32(start + r)
+
+
+@kiln.kernel
+def weighted(m: i32[:, :], acc: i32[:], start: i32, rows: i32):
+    r = kiln.global_id(0)
+    c = kiln.global_id(1)
+    if r < rows and c < m.shape[1]:
+        kiln.atomic_add(acc, 0, (start + r) * m[r, c])
+
+
+@kiln.kernel
+def smooth_rows(m: f32[:, :], out: f32[:, :], start: i32, rows: i32, n: i32):
+    r = kiln.global_id(0)
+    c = kiln.global_id(1)
+    if r < rows and c < m.shape[1]:
+        if start + r == 0 or start + r == n - 1:
+            out[r + 1, c] = m[r + 1, c]
+        else:
+            out[r + 1, c] = (m[r, c] + m[r + 1, c] + m[r + 2, c]) / 3.0
 
 
 def data(n: int, seed: int) -> np.ndarray:
@@ -56,11 +75,44 @@ def test_map_blocks_matches_numpy():
     assert np.array_equal(z.compute(), np.float32(2) * x + y)
 
 
-def test_map_blocks_2d_chunks_know_their_start():
+def devices_here() -> list[str]:
+    return [d for d in ("interp", "cpu", "opencl")
+            if any(e.name == d and e.available for e in kiln.backends())]
+
+
+@pytest.mark.parametrize("device", devices_here())
+def test_every_entry_gives_each_chunk_its_start(device):
+    """Unequal chunks, an empty one, and chunks across columns too: `kiln.shard_start` is
+    the chunk's first row in the whole array for map_blocks, map_overlap and reduction."""
+    rows = ((16, 0, 30, 4), (4, 3))
     m = np.random.default_rng(3).random((50, 7)).astype(np.float32)
-    out = kd.map_blocks(row_offsets, da.from_array(m, chunks=(16, 7)), kiln.shard_start,
-                        kiln.shard_rows, 7, out="out")
+    out = kd.map_blocks(row_offsets, da.from_array(m, chunks=rows), kiln.shard_start,
+                        kiln.shard_rows, out="out", device=device)
     assert np.array_equal(out.compute(), m + np.arange(50, dtype=np.float32)[:, None])
+    ones = da.ones((1000, 3), dtype=np.int32, chunks=((300, 0, 450, 250), (2, 1)))
+    total = kd.reduction(weighted, ones, kiln.shard_start, kiln.shard_rows, out="acc",
+                         device=device)
+    assert int(total.compute()) == 3 * 499_500
+    smooth = kd.map_overlap(smooth_rows, da.from_array(m, chunks=((13, 7, 30), 7)),
+                            kiln.shard_start, kiln.shard_rows, 50, out="out", depth=1,
+                            device=device)
+    expect = m.copy()
+    expect[1:-1] = (m[:-2] + m[1:-1] + m[2:]) / np.float32(3)
+    np.testing.assert_allclose(smooth.compute(), expect, rtol=1e-6)
+
+
+def test_map_overlap_refuses_chunks_across_columns():
+    """Ghost rows come along the first axis only: a chunk that is part of its rows would
+    miss its neighbours' columns, so it is refused, and the advice works."""
+    m = np.random.default_rng(13).random((20, 6)).astype(np.float32)
+    across = da.from_array(m, chunks=(10, 4))
+    with pytest.raises(kiln.LaunchError, match=r"first axis only.*chunked along axis 1 too.*"
+                                               r"x\.rechunk\(\{1: -1\}\)"):
+        kd.map_overlap(smooth_rows, across, kiln.shard_start, kiln.shard_rows, 20, out="out",
+                       depth=1)
+    whole = kd.map_overlap(smooth_rows, across.rechunk({1: -1}), kiln.shard_start,
+                           kiln.shard_rows, 20, out="out", depth=1)
+    assert np.allclose(whole.compute()[1:-1], (m[:-2] + m[1:-1] + m[2:]) / 3, rtol=1e-6)
 
 
 def test_map_overlap_stencil():
@@ -136,6 +188,42 @@ def test_misuse_is_a_launch_error():
     with pytest.raises(kiln.LaunchError, match="depth 3 is more than the smallest chunk's 2"):
         kd.map_overlap(smooth_shard, uneven, kiln.shard_start, kiln.shard_rows, 10, out="y",
                        depth=3)
+    for depth in (-1, 1.5, True):
+        with pytest.raises(kiln.LaunchError, match="depth is a number of rows"):
+            kd.map_overlap(smooth_shard, uneven, kiln.shard_start, kiln.shard_rows, 10,
+                           out="y", depth=depth)
+
+
+def test_mistakes_are_found_where_the_graph_is_built():
+    """Each is a kiln error at the call, not a raw exception (or a wrong answer) from
+    every chunk when the graph runs."""
+    dx = da.from_array(data(100, 7), chunks=50)
+    with pytest.raises(kiln.LaunchError, match=r"argument 'x' \(#1\) of saxpy: expected "
+                                               r"f32\[:\] \(float32, 1-d\), got a float64"):
+        kd.map_blocks(saxpy, dx.astype(np.float64), dx, 1.0, kiln.shard_rows, out="out")
+    with pytest.raises(kiln.LaunchError, match=r"argument 'a' \(#4\) of saxpy: expected f32, "
+                                               r"got str"):
+        kd.map_blocks(saxpy, dx, dx, "2", kiln.shard_rows, out="out")
+    with pytest.raises(kiln.LaunchError, match=r"out= names a parameter of saxpy twice"):
+        kd.map_blocks(saxpy, dx, np.float32(1), kiln.shard_rows, out=("out", "out"))
+    with pytest.raises(kiln.LaunchError, match=r"'x' of saxpy is a 0-d array"):
+        kd.map_blocks(saxpy, da.from_array(np.float32(1)), dx, 1.0, kiln.shard_rows,
+                      out="out")
+    square = da.ones((4, 4), dtype=np.int32, chunks=2)
+    with pytest.raises(kiln.LaunchError, match=r"output 'acc' of weighted is i32\[:\], and "
+                                               r"its chunks take the shape of the 2-d"):
+        kd.map_blocks(weighted, square, kiln.shard_start, kiln.shard_rows, out="acc")
+    with pytest.raises(kiln.LaunchError, match=r"initial=-inf is not a int32 value"):
+        kd.reduction(total, dx.astype(np.int32), kiln.shard_rows, out="acc",
+                     combine=np.maximum, initial=-np.inf)
+
+
+def test_numpy_arrays_are_split_as_the_dask_array_is():
+    x, y = data(100, 15), data(100, 16)
+    z = kd.map_blocks(saxpy, da.from_array(x, chunks=30), y, np.float32(2), kiln.shard_rows,
+                      out="out")
+    assert z.chunks == ((30, 30, 30, 10),)
+    assert np.array_equal(z.compute(), np.float32(2) * x + y)
 
 
 @pytest.fixture(scope="module")
