@@ -11,7 +11,8 @@ own device: `device=` where given, else `KILN_DASK_DEVICE`, else, where the best
 has several devices, the worker's number modulo their count (one worker per GPU), else
 the best device. With `on_device=True` result chunks stay in device memory, so chained
 kiln calls on one worker do not copy them back to the host in between; `to_host` brings
-them back (chunks that move between workers go through the host).
+them back (chunks that move between workers go through the host), and computing them
+without it is an error that says so.
 
 Kernels reach workers by module and name where the workers can import them, else by value
 with their source text (docs/scale-out.md, "Dask").
@@ -33,6 +34,7 @@ from typing import Any
 import cloudpickle
 import dask.array as da
 import numpy as np
+from dask.array.dispatch import concatenate_lookup
 
 from .errors import LaunchError
 from .execution.executor import check_argument
@@ -300,11 +302,11 @@ def _mapped(mapper: Any, task: ChunkLaunch, **extra: Any) -> Any:
                               f"its chunks take the shape of the {ndim}-d array arguments'")
     if len(task.out) == 1:
         dtype = task.dtypes[0]
-        return mapper(task, *task.arrays, dtype=dtype, meta=np.empty((0,) * ndim, dtype),
-                      **extra)
+        return _kept(task, mapper(task, *task.arrays, dtype=dtype,
+                                  meta=np.empty((0,) * ndim, dtype), **extra))
     both = mapper(task, *task.arrays, dtype=object, meta=np.empty((0,) * ndim, object),
                   **extra)
-    return tuple(both.map_blocks(_pick, k, dtype=dt, meta=np.empty((0,) * ndim, dt))
+    return tuple(_kept(task, both.map_blocks(_pick, k, dtype=dt, meta=np.empty((0,) * ndim, dt)))
                  for k, dt in enumerate(task.dtypes))
 
 
@@ -325,12 +327,13 @@ def map_overlap(kernel: Kernel, *args: Any, out: str, depth: int, device: str | 
     """As `map_blocks`, each chunk with `depth` ghost rows from its neighbours on both
     sides of the first axis (zeros past the array's ends), laid out as a sharded array's
     halo (`kiln.shard_rows` counts the chunk's own rows); the outputs' ghost rows are
-    dropped."""
+    dropped. Chunks kept on devices come to the host first: Dask copies the ghost rows."""
     if not isinstance(out, str):
         raise LaunchError("kiln.dask.map_overlap writes one output: out='name'")
     if not isinstance(depth, (int, np.integer)) or isinstance(depth, bool) or depth < 0:
         raise LaunchError(f"kiln.dask.map_overlap: depth is a number of rows (an int, 0 or "
                           f"more), got {depth!r}")
+    args = tuple(to_host(a) if isinstance(a, da.Array) else a for a in args)
     task = ChunkLaunch(kernel, args, out, device, halo=int(depth))
     chunks = task.arrays[0].chunks
     across = [axis for axis in range(1, len(chunks)) if len(chunks[axis]) > 1]
@@ -399,6 +402,50 @@ class PartialSum:
 
     def fold(self, partials: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
         return self.combine.reduce(partials, axis=axis, keepdims=keepdims)
+
+
+ON_DEVICE = ("its chunks are kept in device memory (on_device=True): bring them to the host "
+             "with kiln.dask.to_host(array) first")
+
+
+class DeviceChunks(da.Array):
+    """The dask array of `on_device=True`, whose chunks are `kiln.DeviceArray`s: kiln.dask
+    calls take it, and `to_host` brings it back; computing it is an error that says so
+    (Dask would join device arrays as NumPy arrays, or return the one chunk as it is),
+    and persisting keeps it one."""
+
+    def __dask_postcompute__(self) -> Any:
+        return _refuse_compute, ()
+
+    def __dask_postpersist__(self) -> Any:
+        rebuild, args = super().__dask_postpersist__()
+        return _kept_again, (rebuild, *args)
+
+
+def _refuse_compute(chunks: Any) -> Any:
+    """The last step of computing a `DeviceChunks` (Dask asks for it when persisting too,
+    so refusing must wait until then)."""
+    raise LaunchError(f"cannot compute this dask array: {ON_DEVICE}")
+
+
+def _kept(task: ChunkLaunch, array: da.Array) -> da.Array:
+    if not task.on_device:
+        return array
+    return DeviceChunks(array.dask, array.name, array.chunks, array.dtype,
+                        np.empty((0,) * array.ndim, array.dtype))
+
+
+def _kept_again(dsk: Any, rebuild: Any, *args: Any, rename: Any = None) -> DeviceChunks:
+    array = rebuild(dsk, *args, rename=rename)
+    return DeviceChunks(array.dask, array.name, array.chunks, array.dtype,
+                        np.empty((0,) * array.ndim, array.dtype))
+
+
+@concatenate_lookup.register(DeviceArray)
+def _no_joining(arrays: Sequence[Any], axis: int = 0) -> Any:
+    """Dask joins chunks (computing, rechunking, slicing across chunks) with the
+    concatenation registered for their type: for device chunks, an error saying what to do."""
+    raise LaunchError(f"Dask cannot join the chunks of this array: {ON_DEVICE}")
 
 
 def to_host(array: da.Array) -> da.Array:

@@ -131,6 +131,23 @@ def test_reduction_through_dask_tree():
     assert s.ndim == 0 and int(s.compute()) == int(x.sum())
 
 
+def test_chunks_on_devices_are_not_computed_but_brought_back():
+    x = data(300, 14)
+    dx = da.from_array(x, chunks=100)
+    y = kd.map_blocks(saxpy, dx, dx, np.float32(1), kiln.shard_rows, out="out", on_device=True)
+    for wrong in (y, y.persist(), y.rechunk(300)):
+        with pytest.raises(kiln.LaunchError, match=r"kept in device memory \(on_device=True\)"
+                                                   r": bring them to the host with "
+                                                   r"kiln\.dask\.to_host\(array\) first"):
+            wrong.compute()
+    assert np.array_equal(kd.to_host(y.persist()).compute(), x + x)
+    smooth = kd.map_overlap(smooth_shard, y, kiln.shard_start, kiln.shard_rows, 300, out="y",
+                            depth=1)
+    expect = x + x
+    expect[1:-1] = (expect[:-2] + expect[1:-1] + expect[2:]) / np.float32(3)
+    np.testing.assert_allclose(smooth.compute(), expect, rtol=1e-6)
+
+
 def test_chained_calls_keep_chunks_on_the_device():
     x = data(4000, 6)
     dx = da.from_array(x, chunks=1000)
