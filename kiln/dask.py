@@ -192,6 +192,11 @@ class ChunkLaunch:
         self.ref, self.device, self.halo, self.on_device = KernelRef(kernel), device, halo, \
             on_device
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What the workers need: not the dask arrays, whose graphs can hold all the data
+        (`da.from_array`), which every task would then carry."""
+        return {name: value for name, value in vars(self).items() if name != "arrays"}
+
     def start_of(self, block_info: dict[Any, Any] | None) -> int:
         """The first row, in the whole array, of the chunk that `block_info` describes."""
         return self.starts[block_info[None]["chunk-location"][0] if block_info else 0]

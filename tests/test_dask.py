@@ -20,6 +20,8 @@ da = pytest.importorskip("dask.array", reason="kiln[dask] (dask) is not installe
 distributed = pytest.importorskip("distributed", reason="kiln[dask] (distributed) is not "
                                   "installed")
 kd = pytest.importorskip("kiln.dask")
+cloudpickle = pytest.importorskip("cloudpickle", reason="kiln[dask] (cloudpickle) is not "
+                                  "installed")
 
 
 @kiln.kernel
@@ -233,6 +235,18 @@ def test_mistakes_are_found_where_the_graph_is_built():
     with pytest.raises(kiln.LaunchError, match=r"initial=-inf is not a int32 value"):
         kd.reduction(total, dx.astype(np.int32), kiln.shard_rows, out="acc",
                      combine=np.maximum, initial=-np.inf)
+
+
+def test_tasks_do_not_carry_the_input_arrays():
+    """Each chunk's task goes to a worker on its own: it must not hold the dask arrays,
+    whose graphs hold the data of `da.from_array`."""
+    x = data(1_000_000, 18)
+    dx = da.from_array(x, chunks=250_000)
+    task = kd.ChunkLaunch(saxpy, (dx, dx, np.float32(1), kiln.shard_rows), "out", None)
+    assert len(cloudpickle.dumps(task)) < 20_000
+    partial = kd.PartialSum(kd.ChunkLaunch(largest, (dx, kiln.shard_rows), "acc", None),
+                            np.maximum, -np.inf)
+    assert len(cloudpickle.dumps(partial)) < 20_000
 
 
 def test_numpy_arrays_are_split_as_the_dask_array_is():
