@@ -266,9 +266,7 @@ def _bind(kernel: Kernel, args: Sequence[Any], out: list[str]) -> tuple[list[Any
         sample = 0 if isinstance(value, Placeholder) else value
         if isinstance(value, (da.Array, np.ndarray)):
             value = _as_dask(value, template)
-            if value.ndim == 0:
-                raise LaunchError(f"kiln.dask: argument {name!r} of {kernel.name} is a 0-d "
-                                  "array; pass a number, or an array of one or more axes")
+            _check_chunks(kernel, name, value)
             arrays.append(value)
             sample = np.broadcast_to(np.zeros((), value.dtype),  # a first chunk's shape
                                      tuple(c[0] for c in value.chunks))
@@ -284,6 +282,17 @@ def _bind(kernel: Kernel, args: Sequence[Any], out: list[str]) -> tuple[list[Any
                               f"the same shape and chunks; {arrays[0].chunks} and "
                               f"{other.chunks} differ (use x.rechunk(y.chunks))")
     return kinds, arrays
+
+
+def _check_chunks(kernel: Kernel, name: str, array: da.Array) -> None:
+    where = f"kiln.dask: argument {name!r} of {kernel.name}"
+    if not 1 <= array.ndim <= 3:
+        raise LaunchError(f"{where} is a {array.ndim}-d array; each chunk is one launch of "
+                          "one thread per element, so arrays have 1 to 3 axes (pass a "
+                          "number for a 0-d one)")
+    if any(np.isnan(size) for sizes in array.chunks for size in sizes):
+        raise LaunchError(f"{where} has chunks of unknown size (after boolean indexing, "
+                          "say): x.compute_chunk_sizes() first")
 
 
 def _as_dask(value: da.Array | np.ndarray, template: da.Array | None) -> da.Array:
@@ -366,6 +375,9 @@ def reduction(kernel: Kernel, array: Any, *args: Any, out: str, combine: np.ufun
     task = ChunkLaunch(kernel, (array, *args), out, device)
     if len(task.arrays) != 1 or len(task.out) != 1:
         raise LaunchError("kiln.dask.reduction reduces one array into one output")
+    if task.annotations[0].ndim != 1:
+        raise LaunchError(f"kiln.dask.reduction: output {out!r} of {kernel.name} is "
+                          f"{task.annotations[0]}; it holds one value, as a 1-d array")
     partial = PartialSum(task, combine, initial)
     x, dtype = task.arrays[0], task.dtypes[0]
     partials = x.map_blocks(partial, chunks=tuple((1,) * len(c) for c in x.chunks),

@@ -225,9 +225,17 @@ def test_mistakes_are_found_where_the_graph_is_built():
         kd.map_blocks(saxpy, dx, dx, "2", kiln.shard_rows, out="out")
     with pytest.raises(kiln.LaunchError, match=r"out= names a parameter of saxpy twice"):
         kd.map_blocks(saxpy, dx, np.float32(1), kiln.shard_rows, out=("out", "out"))
-    with pytest.raises(kiln.LaunchError, match=r"'x' of saxpy is a 0-d array"):
+    with pytest.raises(kiln.LaunchError, match=r"'x' of saxpy is a 0-d array;.*1 to 3 axes"):
         kd.map_blocks(saxpy, da.from_array(np.float32(1)), dx, 1.0, kiln.shard_rows,
                       out="out")
+    some = dx[dx > 0.5]
+    with pytest.raises(kiln.LaunchError, match=r"'x' of saxpy has chunks of unknown size"
+                                               r".*x\.compute_chunk_sizes\(\) first"):
+        kd.map_blocks(saxpy, some, some, 1.0, kiln.shard_rows, out="out")
+    with pytest.raises(kiln.LaunchError, match=r"output 'out' of row_offsets is f32\[:, :\]; "
+                                               r"it holds one value, as a 1-d array"):
+        kd.reduction(row_offsets, da.ones((4, 4), dtype=np.float32), kiln.shard_start,
+                     kiln.shard_rows, out="out")
     square = da.ones((4, 4), dtype=np.int32, chunks=2)
     with pytest.raises(kiln.LaunchError, match=r"output 'acc' of weighted is i32\[:\], and "
                                                r"its chunks take the shape of the 2-d"):
