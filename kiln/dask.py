@@ -369,9 +369,10 @@ def map_overlap(kernel: Kernel, *args: Any, out: str, depth: int, device: str | 
 def reduction(kernel: Kernel, array: Any, *args: Any, out: str, combine: np.ufunc = np.add,
               initial: Any = None, device: str | None = None) -> da.Array:
     """A reduction of `array` to one value: `kernel` accumulates each chunk into its
-    one-element `out` array (first filled with `initial`, by default `combine`'s identity:
-    give one for np.maximum / np.minimum, e.g. -np.inf), then Dask's reduction tree folds
-    the partial results with `combine`; a 0-d dask array."""
+    one-element `out` array, first filled with `combine`'s identity, then Dask's reduction
+    tree folds the partial results with `combine`; a 0-d dask array. `initial` enters once,
+    as in `ufunc.reduce`; a ufunc without an identity (np.maximum) needs it, and starts
+    each chunk from it (e.g. -np.inf)."""
     task = ChunkLaunch(kernel, (array, *args), out, device)
     if len(task.arrays) != 1 or len(task.out) != 1:
         raise LaunchError("kiln.dask.reduction reduces one array into one output")
@@ -382,7 +383,7 @@ def reduction(kernel: Kernel, array: Any, *args: Any, out: str, combine: np.ufun
     x, dtype = task.arrays[0], task.dtypes[0]
     partials = x.map_blocks(partial, chunks=tuple((1,) * len(c) for c in x.chunks),
                             dtype=dtype, meta=np.empty((0,) * x.ndim, dtype))
-    return da.reduction(partials, partial.fold, partial.fold, combine=partial.fold,
+    return da.reduction(partials, partial.fold, partial.finish, combine=partial.fold,
                         dtype=dtype, concatenate=True)
 
 
@@ -395,23 +396,25 @@ class PartialSum:
         if not isinstance(combine, np.ufunc):
             raise LaunchError(f"kiln.dask.reduction combines with a NumPy ufunc (np.add, "
                               f"np.maximum, ...), not {combine!r}")
-        initial = combine.identity if initial is None else initial
-        if initial is None:
+        if initial is None and combine.identity is None:
             raise LaunchError(f"kiln.dask.reduction: {combine.__name__} has no identity; give "
                               "initial= (e.g. -np.inf for a maximum)")
         dtype = task.dtypes[0]
-        try:
-            with np.errstate(invalid="raise", over="raise"):
-                self.initial = np.full(1, initial, dtype)
-        except (ValueError, TypeError, OverflowError, FloatingPointError):
-            raise LaunchError(f"kiln.dask.reduction: initial={initial!r} is not a "
-                              f"{dtype.name} value, the type of {task.out[0]!r}") from None
-        self.task, self.combine = task, combine
+        self.task, self.combine, self.initial = task, combine, None
+        if initial is not None:
+            try:
+                with np.errstate(invalid="raise", over="raise"):
+                    self.initial = np.full(1, initial, dtype)
+            except (ValueError, TypeError, OverflowError, FloatingPointError):
+                raise LaunchError(f"kiln.dask.reduction: initial={initial!r} is not a "
+                                  f"{dtype.name} value, the type of {task.out[0]!r}") from None
+        self.start = self.initial if combine.identity is None else \
+            np.asarray(combine.identity).astype(dtype).reshape(1)
 
     def __call__(self, chunk: Any, block_info: dict[Any, Any] | None = None) -> np.ndarray:
         with LAUNCHING:
             dev = worker_device(self.task.device)
-            acc = to_device(self.initial, dev)
+            acc = to_device(self.start, dev)
             shape = tuple(chunk.shape)
             self.task.run(dev, [chunk], [acc], self.task.start_of(block_info), shape[0],
                           shape)
@@ -419,6 +422,11 @@ class PartialSum:
 
     def fold(self, partials: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
         return self.combine.reduce(partials, axis=axis, keepdims=keepdims)
+
+    def finish(self, partials: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
+        """The last fold, with `initial` (once)."""
+        total = self.fold(partials, axis, keepdims)
+        return total if self.initial is None else self.combine(self.initial[0], total)
 
 
 ON_DEVICE = ("its chunks are kept in device memory (on_device=True): bring them to the host "

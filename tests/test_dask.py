@@ -131,6 +131,9 @@ def test_reduction_through_dask_tree():
     x = np.random.default_rng(5).integers(-100, 100, 40_000).astype(np.int32)
     s = kd.reduction(total, da.from_array(x, chunks=3000), kiln.shard_rows, out="acc")
     assert s.ndim == 0 and int(s.compute()) == int(x.sum())
+    once = kd.reduction(total, da.from_array(x, chunks=3000), kiln.shard_rows, out="acc",
+                        initial=1000)  # counted once, as by np.add.reduce, not per chunk
+    assert int(once.compute()) == int(np.add.reduce(x, initial=1000))
 
 
 def test_chunks_on_devices_are_not_computed_but_brought_back():
@@ -186,6 +189,9 @@ def test_reduction_without_identity_takes_initial():
     got = kd.reduction(largest, dx, kiln.shard_rows, out="acc", combine=np.maximum,
                        initial=-np.inf).compute()
     assert got == x.max()
+    above = kd.reduction(largest, dx, kiln.shard_rows, out="acc", combine=np.maximum,
+                         initial=7.0).compute()
+    assert above == np.maximum.reduce(x, initial=7.0) == 7.0
     with pytest.raises(kiln.LaunchError, match="maximum has no identity; give initial="):
         kd.reduction(largest, dx, kiln.shard_rows, out="acc", combine=np.maximum)
     with pytest.raises(kiln.LaunchError, match="combines with a NumPy ufunc"):
