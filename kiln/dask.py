@@ -473,8 +473,10 @@ def _no_joining(arrays: Sequence[Any], axis: int = 0) -> Any:
     raise LaunchError(f"Dask cannot join the chunks of this array: {ON_DEVICE}")
 
 
-def to_host(array: da.Array) -> da.Array:
-    """Chunks kept on devices (`on_device=True`) back in host memory."""
+def to_host(array: Any) -> da.Array:
+    """Chunks kept on devices (`on_device=True`) back in host memory (any other array as it
+    is, as a dask array)."""
+    array = da.asarray(array)
     return array.map_blocks(_host_chunk, dtype=array.dtype,
                             meta=np.empty((0,) * array.ndim, array.dtype))
 

@@ -146,6 +146,7 @@ def test_chunks_on_devices_are_not_computed_but_brought_back():
                                                    r"kiln\.dask\.to_host\(array\) first"):
             wrong.compute()
     assert np.array_equal(kd.to_host(y.persist()).compute(), x + x)
+    assert np.array_equal(kd.to_host(x).compute(), x)  # host arrays pass as they are
     smooth = kd.map_overlap(smooth_shard, y, kiln.shard_start, kiln.shard_rows, 300, out="y",
                             depth=1)
     expect = x + x
