@@ -11,7 +11,11 @@ own device: `device=` where given, else `KILN_DASK_DEVICE`, else, where the best
 has several devices, the worker's number modulo their count (one worker per GPU), else
 the best device. With `on_device=True` result chunks stay in device memory, so chained
 kiln calls on one worker do not copy them back to the host in between; `to_host` brings
-them back (chunks that move between workers go through the host).
+them back (chunks that move between workers go through the host), and computing them
+without it is an error that says so.
+
+Kernels reach workers by module and name where the workers can import them, else by value
+with their source text (docs/scale-out.md, "Dask").
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib
+import io
 import os
 import pickle
 import sys
@@ -29,12 +34,15 @@ from typing import Any
 import cloudpickle
 import dask.array as da
 import numpy as np
+from dask.array.dispatch import concatenate_lookup
 
 from .errors import LaunchError
+from .execution.executor import check_argument
 from .execution.kernel import Kernel, launch
-from .execution.kernel import kernel as make_kernel
 from .execution.sharding import Placeholder
 from .ir.types import ArrayType
+from .lang.functions import Compilable
+from .lang.source import adopt_source, parse_function, read_source
 from .runtime.array import DeviceArray, empty, to_device
 from .runtime.device import Device
 from .runtime.device import device as resolve_device
@@ -45,20 +53,19 @@ CHUNK = "chunk"
 
 
 class KernelRef:
-    """A kernel as tasks carry it to workers. A kernel defined at a module's top level
-    travels as its module and name (workers import it; a script's kernels are there too,
-    as process workers import the script); any other as its Python function, options and
-    the names its annotations use. Each process builds the kernel once and reuses it."""
+    """A kernel as tasks carry it to workers (see `_ShippingPickler`); each process
+    unpickles it once and reuses the kernel, with its compiled code."""
 
     _built: dict[str, Kernel] = {}
 
     def __init__(self, kernel: Kernel) -> None:
-        module, name = kernel.pyfunc.__module__, kernel.pyfunc.__qualname__
-        if getattr(sys.modules.get(module), name, None) is kernel:
-            self.blob = pickle.dumps(("ref", module, name))
-        else:
-            self.blob = cloudpickle.dumps(("value", kernel.pyfunc, kernel.options.changed(),
-                                           _annotation_names(kernel.pyfunc)))
+        buffer = io.BytesIO()
+        try:
+            _ShippingPickler(buffer).dump(kernel)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise LaunchError(f"kiln.dask cannot send {kernel.name} to the workers: a value "
+                              f"it reads cannot be pickled ({exc})") from None
+        self.blob = buffer.getvalue()
         self.digest = hashlib.sha256(self.blob).hexdigest()
         self._built.setdefault(self.digest, kernel)
 
@@ -68,31 +75,77 @@ class KernelRef:
     def get(self) -> Kernel:
         found = self._built.get(self.digest)
         if found is None:
-            found = self._built[self.digest] = _rebuild(pickle.loads(self.blob))
+            found = self._built[self.digest] = pickle.loads(self.blob)
         return found
 
 
-def _annotation_names(pyfunc: Any) -> dict[str, Any]:
-    """The globals that the function's annotations name (`f32` in `f32[:]`), which
-    pickling a function by value leaves out."""
-    names: set[str] = set()
-    for annotation in pyfunc.__annotations__.values():
-        if isinstance(annotation, str):
-            tree = ast.parse(annotation, mode="eval")
-            names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    return {n: pyfunc.__globals__[n] for n in names if n in pyfunc.__globals__}
+class _ShippingPickler(cloudpickle.Pickler):
+    """cloudpickle, which sends functions of `__main__` and functions made inside others by
+    value, with kernels and device functions sent as workers can compile them: by module
+    and name where the workers can import them; else by value, with their source text (the
+    frontend reads it, and pickled code carries none), their options and the globals their
+    annotations name, which pickling leaves out."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, Compilable):
+            return _reduce_compilable(obj)
+        return super().reducer_override(obj)
 
 
-def _rebuild(how: tuple[Any, ...]) -> Kernel:
-    if how[0] == "ref":
-        found = importlib.import_module(how[1])
-        for part in how[2].split("."):
-            found = getattr(found, part)
-        return found  # type: ignore[return-value]
-    _, pyfunc, options, names = how
+def _reduce_compilable(fn: Compilable) -> tuple[Any, ...]:
+    where = _import_path(fn)
+    if where is not None:
+        return _import, where
+    pyfunc = fn.pyfunc
+    source = None if _import_path(pyfunc) else read_source(pyfunc)
+    state = (pyfunc, fn.options, _annotation_names(pyfunc), source)
+    # The state goes after the shell, so a recursive device function can name itself.
+    return _shell, (type(fn),), state, None, None, _fill
+
+
+def _import_path(obj: Any) -> tuple[str, str] | None:
+    """The module and qualified name workers import `obj` from, if any. Never `__main__`:
+    a notebook's cannot be imported, and a script's is imported by process workers
+    without what its `if __name__ == "__main__":` block defines."""
+    module = sys.modules.get(obj.__module__) if obj.__module__ != "__main__" else None
+    found = module
+    for part in obj.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return (obj.__module__, obj.__qualname__) if module and found is obj else None
+
+
+def _import(module: str, qualname: str) -> Any:
+    found = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def _shell(kind: type[Compilable]) -> Compilable:
+    return kind.__new__(kind)
+
+
+def _fill(fn: Compilable, state: tuple[Any, ...]) -> None:
+    pyfunc, options, names, source = state
     for name, value in names.items():
         pyfunc.__globals__.setdefault(name, value)
-    return make_kernel(**options)(pyfunc)
+    if source is not None:
+        adopt_source(pyfunc, source)
+    type(fn).__init__(fn, pyfunc, options)
+
+
+def _annotation_names(pyfunc: Any) -> dict[str, Any]:
+    """The globals that the function's annotations name (`f32` in `f32[:]`): the frontend
+    reads annotations from the source, and pickling by value keeps only the globals the
+    code reads."""
+    tree = parse_function(pyfunc).tree
+    names: set[str] = set()
+    for annotation in [a.annotation for a in tree.args.args] + [tree.returns]:
+        node: ast.AST | None = annotation
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):  # "f32[:]"
+            node = ast.parse(node.value, mode="eval")
+        names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} if node else set()
+    return {n: pyfunc.__globals__[n] for n in names if n in pyfunc.__globals__}
 
 
 def worker_device(spec: str | None = None) -> Device:
@@ -128,37 +181,25 @@ class ChunkLaunch:
 
     def __init__(self, kernel: Kernel, args: Sequence[Any], out: str | Sequence[str],
                  device: str | None, halo: int = 0, on_device: bool = False) -> None:
-        self.out = [out] if isinstance(out, str) else list(out)
-        if not self.out:
-            raise LaunchError(f"kiln.dask needs out= naming the output parameter(s) of "
-                              f"{kernel.name}")
+        self.name, self.out = kernel.name, _output_names(kernel, out)
         params = dict(kernel.signature)
-        self.dtypes = [_output_dtype(kernel, name, params.get(name, False)) for name in self.out]
-        inputs = [name for name in params if name not in self.out]
-        if len(args) != len(inputs):
-            raise LaunchError(f"{kernel.name} takes {len(inputs)} argument(s) besides its "
-                              f"outputs ({', '.join(inputs)}), got {len(args)}")
-        values = iter(args)
-        self.kinds: list[Any] = []
-        self.arrays: list[da.Array] = []
-        for name in params:
-            value = OUTPUT if name in self.out else next(values)
-            if isinstance(value, (da.Array, np.ndarray)):
-                self.arrays.append(da.asarray(value))
-                value = CHUNK
-            self.kinds.append(value)
-        if not self.arrays:
-            raise LaunchError(f"kiln.dask: no argument of {kernel.name} is an array to take "
-                              "chunks from")
-        for other in self.arrays[1:]:
-            if other.chunks != self.arrays[0].chunks:
-                raise LaunchError(f"kiln.dask: the array arguments of {kernel.name} must have "
-                                  f"the same shape and chunks; {self.arrays[0].chunks} and "
-                                  f"{other.chunks} differ (use x.rechunk(y.chunks))")
+        self.annotations = [_output_type(kernel, name, params.get(name, False))
+                            for name in self.out]
+        self.dtypes = [a.elem.dtype for a in self.annotations]
+        self.kinds, self.arrays = _bind(kernel, args, self.out)
         rows = self.arrays[0].chunks[0]
         self.starts = [int(s) for s in np.cumsum((0, *rows[:-1]))]
         self.ref, self.device, self.halo, self.on_device = KernelRef(kernel), device, halo, \
             on_device
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What the workers need: not the dask arrays, whose graphs can hold all the data
+        (`da.from_array`), which every task would then carry."""
+        return {name: value for name, value in vars(self).items() if name != "arrays"}
+
+    def start_of(self, block_info: dict[Any, Any] | None) -> int:
+        """The first row, in the whole array, of the chunk that `block_info` describes."""
+        return self.starts[block_info[None]["chunk-location"][0] if block_info else 0]
 
     def __call__(self, *chunks: Any, block_info: dict[Any, Any] | None = None) -> Any:
         with LAUNCHING:
@@ -166,11 +207,11 @@ class ChunkLaunch:
 
     def launch_chunk(self, chunks: Sequence[Any], block_info: dict[Any, Any] | None) -> Any:
         first = chunks[0]
-        block = block_info[None]["chunk-location"][0] if block_info else 0
         rows = first.shape[0] - 2 * self.halo
         dev = worker_device(self.device)
         outputs = [empty(first.shape, dtype, dev) for dtype in self.dtypes]
-        self.run(dev, chunks, outputs, self.starts[block], rows, (rows, *first.shape[1:]))
+        self.run(dev, chunks, outputs, self.start_of(block_info), rows,
+                 (rows, *first.shape[1:]))
         results = [o if self.on_device else o.numpy() for o in outputs]
         return results[0] if len(results) == 1 else tuple(results)
 
@@ -183,14 +224,82 @@ class ChunkLaunch:
         launch(self.ref.get(), dim=dim, args=call, device=dev)
 
 
-def _output_dtype(kernel: Kernel, name: str, annotation: Any) -> np.dtype:
+def _output_names(kernel: Kernel, out: str | Sequence[str]) -> list[str]:
+    names = [out] if isinstance(out, str) else list(out)
+    if not names:
+        raise LaunchError(f"kiln.dask needs out= naming the output parameter(s) of "
+                          f"{kernel.name}")
+    if len(set(names)) != len(names):
+        raise LaunchError(f"kiln.dask: out= names a parameter of {kernel.name} twice: {names}")
+    return names
+
+
+def _output_type(kernel: Kernel, name: str, annotation: Any) -> ArrayType:
     if annotation is False:
         raise LaunchError(f"{kernel.name} has no parameter {name!r} to write (out=); its "
                           f"parameters: {', '.join(n for n, _ in kernel.signature)}")
     if not isinstance(annotation, ArrayType):
         raise LaunchError(f"output {name!r} of {kernel.name} must be annotated as an array "
                           "(e.g. f32[:]) for kiln.dask to allocate its chunks")
-    return annotation.elem.dtype
+    return annotation
+
+
+def _bind(kernel: Kernel, args: Sequence[Any], out: list[str]) -> tuple[list[Any],
+                                                                        list[da.Array]]:
+    """What each parameter takes (an output, a chunk, a placeholder or a value) and the
+    arrays to take chunks from, checked now as each launch would check them: a mistake is
+    an error where the graph is built, not one per chunk on the workers. A NumPy array
+    is split as the first dask array is."""
+    inputs = [name for name, _ in kernel.signature if name not in out]
+    if len(args) != len(inputs):
+        raise LaunchError(f"{kernel.name} takes {len(inputs)} argument(s) besides its "
+                          f"outputs ({', '.join(inputs)}), got {len(args)}")
+    template = next((a for a in args if isinstance(a, da.Array)), None)
+    values = iter(args)
+    kinds: list[Any] = []
+    arrays: list[da.Array] = []
+    for position, (name, expected) in enumerate(kernel.signature):
+        if name in out:
+            kinds.append(OUTPUT)
+            continue
+        value = next(values)
+        sample = 0 if isinstance(value, Placeholder) else value
+        if isinstance(value, (da.Array, np.ndarray)):
+            value = _as_dask(value, template)
+            _check_chunks(kernel, name, value)
+            arrays.append(value)
+            sample = np.broadcast_to(np.zeros((), value.dtype),  # a first chunk's shape
+                                     tuple(c[0] for c in value.chunks))
+            value = CHUNK
+        check_argument(kernel.name, name, position, expected, sample)
+        kinds.append(value)
+    if not arrays:
+        raise LaunchError(f"kiln.dask: no argument of {kernel.name} is an array to take "
+                          "chunks from")
+    for other in arrays[1:]:
+        if other.chunks != arrays[0].chunks:
+            raise LaunchError(f"kiln.dask: the array arguments of {kernel.name} must have "
+                              f"the same shape and chunks; {arrays[0].chunks} and "
+                              f"{other.chunks} differ (use x.rechunk(y.chunks))")
+    return kinds, arrays
+
+
+def _check_chunks(kernel: Kernel, name: str, array: da.Array) -> None:
+    where = f"kiln.dask: argument {name!r} of {kernel.name}"
+    if not 1 <= array.ndim <= 3:
+        raise LaunchError(f"{where} is a {array.ndim}-d array; each chunk is one launch of "
+                          "one thread per element, so arrays have 1 to 3 axes (pass a "
+                          "number for a 0-d one)")
+    if any(np.isnan(size) for sizes in array.chunks for size in sizes):
+        raise LaunchError(f"{where} has chunks of unknown size (after boolean indexing, "
+                          "say): x.compute_chunk_sizes() first")
+
+
+def _as_dask(value: da.Array | np.ndarray, template: da.Array | None) -> da.Array:
+    if isinstance(value, np.ndarray) and template is not None \
+            and value.shape == template.shape:
+        return da.from_array(value, chunks=template.chunks)
+    return da.asarray(value)
 
 
 def _on(chunk: Any, dev: Device) -> DeviceArray:
@@ -201,13 +310,17 @@ def _on(chunk: Any, dev: Device) -> DeviceArray:
 
 def _mapped(mapper: Any, task: ChunkLaunch, **extra: Any) -> Any:
     ndim = task.arrays[0].ndim
+    for name, annotation in zip(task.out, task.annotations):
+        if annotation.ndim != ndim:
+            raise LaunchError(f"output {name!r} of {task.name} is {annotation}, and "
+                              f"its chunks take the shape of the {ndim}-d array arguments'")
     if len(task.out) == 1:
         dtype = task.dtypes[0]
-        return mapper(task, *task.arrays, dtype=dtype, meta=np.empty((0,) * ndim, dtype),
-                      **extra)
+        return _kept(task, mapper(task, *task.arrays, dtype=dtype,
+                                  meta=np.empty((0,) * ndim, dtype), **extra))
     both = mapper(task, *task.arrays, dtype=object, meta=np.empty((0,) * ndim, object),
                   **extra)
-    return tuple(both.map_blocks(_pick, k, dtype=dt, meta=np.empty((0,) * ndim, dt))
+    return tuple(_kept(task, both.map_blocks(_pick, k, dtype=dt, meta=np.empty((0,) * ndim, dt)))
                  for k, dt in enumerate(task.dtypes))
 
 
@@ -228,15 +341,27 @@ def map_overlap(kernel: Kernel, *args: Any, out: str, depth: int, device: str | 
     """As `map_blocks`, each chunk with `depth` ghost rows from its neighbours on both
     sides of the first axis (zeros past the array's ends), laid out as a sharded array's
     halo (`kiln.shard_rows` counts the chunk's own rows); the outputs' ghost rows are
-    dropped."""
+    dropped. Chunks kept on devices come to the host first: Dask copies the ghost rows."""
     if not isinstance(out, str):
         raise LaunchError("kiln.dask.map_overlap writes one output: out='name'")
-    task = ChunkLaunch(kernel, args, out, device, halo=depth)
-    smallest = min(task.arrays[0].chunks[0])
-    if depth > smallest and len(task.arrays[0].chunks[0]) > 1:
+    if not isinstance(depth, (int, np.integer)) or isinstance(depth, bool) or depth < 0:
+        raise LaunchError(f"kiln.dask.map_overlap: depth is a number of rows (an int, 0 or "
+                          f"more), got {depth!r}")
+    args = tuple(to_host(a) if isinstance(a, da.Array) else a for a in args)
+    task = ChunkLaunch(kernel, args, out, device, halo=int(depth))
+    chunks = task.arrays[0].chunks
+    across = [axis for axis in range(1, len(chunks)) if len(chunks[axis]) > 1]
+    if across:
+        whole = ", ".join(f"{axis}: -1" for axis in across)
+        raise LaunchError(f"kiln.dask.map_overlap adds ghost rows along the first axis only "
+                          f"(a sharded array's halo), and the arrays are chunked along axis "
+                          f"{', '.join(map(str, across))} too; make each chunk whole rows "
+                          f"first: x.rechunk({{{whole}}})")
+    smallest = min(chunks[0])
+    if depth > smallest:
         raise LaunchError(f"kiln.dask.map_overlap: depth {depth} is more than the smallest "
                           f"chunk's {smallest} rows; rechunk (x.rechunk({depth})) or lower it")
-    ndim = task.arrays[0].ndim
+    ndim = len(chunks)
     return _mapped(da.map_overlap, task, depth={0: depth, **{a: 0 for a in range(1, ndim)}},
                    boundary=0, trim=True)
 
@@ -244,44 +369,114 @@ def map_overlap(kernel: Kernel, *args: Any, out: str, depth: int, device: str | 
 def reduction(kernel: Kernel, array: Any, *args: Any, out: str, combine: np.ufunc = np.add,
               initial: Any = None, device: str | None = None) -> da.Array:
     """A reduction of `array` to one value: `kernel` accumulates each chunk into its
-    one-element `out` array (first filled with `initial`, by default `combine`'s identity:
-    give one for np.maximum / np.minimum, e.g. -np.inf), then Dask's reduction tree folds
-    the partial results with `combine`; a 0-d dask array."""
+    one-element `out` array, first filled with `combine`'s identity, then Dask's reduction
+    tree folds the partial results with `combine`; a 0-d dask array. `initial` enters once,
+    as in `ufunc.reduce`; a ufunc without an identity (np.maximum) needs it, and starts
+    each chunk from it (e.g. -np.inf)."""
     task = ChunkLaunch(kernel, (array, *args), out, device)
     if len(task.arrays) != 1 or len(task.out) != 1:
         raise LaunchError("kiln.dask.reduction reduces one array into one output")
+    if task.annotations[0].ndim != 1:
+        raise LaunchError(f"kiln.dask.reduction: output {out!r} of {kernel.name} is "
+                          f"{task.annotations[0]}; it holds one value, as a 1-d array")
     partial = PartialSum(task, combine, initial)
-    return da.reduction(task.arrays[0], partial, partial.fold, combine=partial.fold,
-                        dtype=task.dtypes[0], concatenate=True)
+    x, dtype = task.arrays[0], task.dtypes[0]
+    partials = x.map_blocks(partial, chunks=tuple((1,) * len(c) for c in x.chunks),
+                            dtype=dtype, meta=np.empty((0,) * x.ndim, dtype))
+    return da.reduction(partials, partial.fold, partial.finish, combine=partial.fold,
+                        dtype=dtype, concatenate=True)
 
 
 class PartialSum:
-    """The chunk and fold functions of `reduction` (picklable, for the workers)."""
+    """The chunk and fold functions of `reduction` (picklable, for the workers): each
+    chunk's partial result is one element of an array of them, one per chunk, which
+    Dask's reduction tree folds."""
 
     def __init__(self, task: ChunkLaunch, combine: np.ufunc, initial: Any) -> None:
         if not isinstance(combine, np.ufunc):
             raise LaunchError(f"kiln.dask.reduction combines with a NumPy ufunc (np.add, "
                               f"np.maximum, ...), not {combine!r}")
-        self.initial = combine.identity if initial is None else initial
-        if self.initial is None:
+        if initial is None and combine.identity is None:
             raise LaunchError(f"kiln.dask.reduction: {combine.__name__} has no identity; give "
                               "initial= (e.g. -np.inf for a maximum)")
-        self.task, self.combine = task, combine
+        dtype = task.dtypes[0]
+        self.task, self.combine, self.initial = task, combine, None
+        if initial is not None:
+            try:
+                with np.errstate(invalid="raise", over="raise"):
+                    self.initial = np.full(1, initial, dtype)
+            except (ValueError, TypeError, OverflowError, FloatingPointError):
+                raise LaunchError(f"kiln.dask.reduction: initial={initial!r} is not a "
+                                  f"{dtype.name} value, the type of {task.out[0]!r}") from None
+        self.start = self.initial if combine.identity is None else \
+            np.asarray(combine.identity).astype(dtype).reshape(1)
 
-    def __call__(self, chunk: Any, axis: Any, keepdims: bool) -> np.ndarray:
+    def __call__(self, chunk: Any, block_info: dict[Any, Any] | None = None) -> np.ndarray:
         with LAUNCHING:
             dev = worker_device(self.task.device)
-            acc = to_device(np.full(1, self.initial, self.task.dtypes[0]), dev)
-            self.task.run(dev, [chunk], [acc], 0, chunk.shape[0], chunk.shape)
-            value = acc.numpy()[0]
-        return np.full((1,) * chunk.ndim if keepdims else (), value, self.task.dtypes[0])
+            acc = to_device(self.start, dev)
+            shape = tuple(chunk.shape)
+            self.task.run(dev, [chunk], [acc], self.task.start_of(block_info), shape[0],
+                          shape)
+            return acc.numpy().reshape((1,) * len(shape))
 
     def fold(self, partials: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
         return self.combine.reduce(partials, axis=axis, keepdims=keepdims)
 
+    def finish(self, partials: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
+        """The last fold, with `initial` (once)."""
+        total = self.fold(partials, axis, keepdims)
+        return total if self.initial is None else self.combine(self.initial[0], total)
 
-def to_host(array: da.Array) -> da.Array:
-    """Chunks kept on devices (`on_device=True`) back in host memory."""
+
+ON_DEVICE = ("its chunks are kept in device memory (on_device=True): bring them to the host "
+             "with kiln.dask.to_host(array) first")
+
+
+class DeviceChunks(da.Array):
+    """The dask array of `on_device=True`, whose chunks are `kiln.DeviceArray`s: kiln.dask
+    calls take it, and `to_host` brings it back; computing it is an error that says so
+    (Dask would join device arrays as NumPy arrays, or return the one chunk as it is),
+    and persisting keeps it one."""
+
+    def __dask_postcompute__(self) -> Any:
+        return _refuse_compute, ()
+
+    def __dask_postpersist__(self) -> Any:
+        rebuild, args = super().__dask_postpersist__()
+        return _kept_again, (rebuild, *args)
+
+
+def _refuse_compute(chunks: Any) -> Any:
+    """The last step of computing a `DeviceChunks` (Dask asks for it when persisting too,
+    so refusing must wait until then)."""
+    raise LaunchError(f"cannot compute this dask array: {ON_DEVICE}")
+
+
+def _kept(task: ChunkLaunch, array: da.Array) -> da.Array:
+    if not task.on_device:
+        return array
+    return DeviceChunks(array.dask, array.name, array.chunks, array.dtype,
+                        np.empty((0,) * array.ndim, array.dtype))
+
+
+def _kept_again(dsk: Any, rebuild: Any, *args: Any, rename: Any = None) -> DeviceChunks:
+    array = rebuild(dsk, *args, rename=rename)
+    return DeviceChunks(array.dask, array.name, array.chunks, array.dtype,
+                        np.empty((0,) * array.ndim, array.dtype))
+
+
+@concatenate_lookup.register(DeviceArray)
+def _no_joining(arrays: Sequence[Any], axis: int = 0) -> Any:
+    """Dask joins chunks (computing, rechunking, slicing across chunks) with the
+    concatenation registered for their type: for device chunks, an error saying what to do."""
+    raise LaunchError(f"Dask cannot join the chunks of this array: {ON_DEVICE}")
+
+
+def to_host(array: Any) -> da.Array:
+    """Chunks kept on devices (`on_device=True`) back in host memory (any other array as it
+    is, as a dask array)."""
+    array = da.asarray(array)
     return array.map_blocks(_host_chunk, dtype=array.dtype,
                             meta=np.empty((0,) * array.ndim, array.dtype))
 

@@ -3,8 +3,10 @@ workers (one killed in the middle), compared with one device and NumPy."""
 
 from __future__ import annotations
 
+import linecache
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -18,6 +20,8 @@ da = pytest.importorskip("dask.array", reason="kiln[dask] (dask) is not installe
 distributed = pytest.importorskip("distributed", reason="kiln[dask] (distributed) is not "
                                   "installed")
 kd = pytest.importorskip("kiln.dask")
+cloudpickle = pytest.importorskip("cloudpickle", reason="kiln[dask] (cloudpickle) is not "
+                                  "installed")
 
 
 @kiln.kernel
@@ -35,11 +39,30 @@ def total(x: i32[:], acc: i32[:], rows: i32):
 
 
 @kiln.kernel
-def row_offsets(m: f32[:, :], out: f32[:, :], start: i32, rows: i32, cols: i32):
+def row_offsets(m: f32[:, :], out: f32[:, :], start: i32, rows: i32):
     r = kiln.global_id(0)
     c = kiln.global_id(1)
-    if r < rows and c < cols:
+    if r < rows and c < m.shape[1]:
         out[r, c] = m[r, c] + f32(start + r)
+
+
+@kiln.kernel
+def weighted(m: i32[:, :], acc: i32[:], start: i32, rows: i32):
+    r = kiln.global_id(0)
+    c = kiln.global_id(1)
+    if r < rows and c < m.shape[1]:
+        kiln.atomic_add(acc, 0, (start + r) * m[r, c])
+
+
+@kiln.kernel
+def smooth_rows(m: f32[:, :], out: f32[:, :], start: i32, rows: i32, n: i32):
+    r = kiln.global_id(0)
+    c = kiln.global_id(1)
+    if r < rows and c < m.shape[1]:
+        if start + r == 0 or start + r == n - 1:
+            out[r + 1, c] = m[r + 1, c]
+        else:
+            out[r + 1, c] = (m[r, c] + m[r + 1, c] + m[r + 2, c]) / 3.0
 
 
 def data(n: int, seed: int) -> np.ndarray:
@@ -54,11 +77,44 @@ def test_map_blocks_matches_numpy():
     assert np.array_equal(z.compute(), np.float32(2) * x + y)
 
 
-def test_map_blocks_2d_chunks_know_their_start():
+def devices_here() -> list[str]:
+    return [d for d in ("interp", "cpu", "opencl")
+            if any(e.name == d and e.available for e in kiln.backends())]
+
+
+@pytest.mark.parametrize("device", devices_here())
+def test_every_entry_gives_each_chunk_its_start(device):
+    """Unequal chunks, an empty one, and chunks across columns too: `kiln.shard_start` is
+    the chunk's first row in the whole array for map_blocks, map_overlap and reduction."""
+    rows = ((16, 0, 30, 4), (4, 3))
     m = np.random.default_rng(3).random((50, 7)).astype(np.float32)
-    out = kd.map_blocks(row_offsets, da.from_array(m, chunks=(16, 7)), kiln.shard_start,
-                        kiln.shard_rows, 7, out="out")
+    out = kd.map_blocks(row_offsets, da.from_array(m, chunks=rows), kiln.shard_start,
+                        kiln.shard_rows, out="out", device=device)
     assert np.array_equal(out.compute(), m + np.arange(50, dtype=np.float32)[:, None])
+    ones = da.ones((1000, 3), dtype=np.int32, chunks=((300, 0, 450, 250), (2, 1)))
+    total = kd.reduction(weighted, ones, kiln.shard_start, kiln.shard_rows, out="acc",
+                         device=device)
+    assert int(total.compute()) == 3 * 499_500
+    smooth = kd.map_overlap(smooth_rows, da.from_array(m, chunks=((13, 7, 30), 7)),
+                            kiln.shard_start, kiln.shard_rows, 50, out="out", depth=1,
+                            device=device)
+    expect = m.copy()
+    expect[1:-1] = (m[:-2] + m[1:-1] + m[2:]) / np.float32(3)
+    np.testing.assert_allclose(smooth.compute(), expect, rtol=1e-6)
+
+
+def test_map_overlap_refuses_chunks_across_columns():
+    """Ghost rows come along the first axis only: a chunk that is part of its rows would
+    miss its neighbours' columns, so it is refused, and the advice works."""
+    m = np.random.default_rng(13).random((20, 6)).astype(np.float32)
+    across = da.from_array(m, chunks=(10, 4))
+    with pytest.raises(kiln.LaunchError, match=r"first axis only.*chunked along axis 1 too.*"
+                                               r"x\.rechunk\(\{1: -1\}\)"):
+        kd.map_overlap(smooth_rows, across, kiln.shard_start, kiln.shard_rows, 20, out="out",
+                       depth=1)
+    whole = kd.map_overlap(smooth_rows, across.rechunk({1: -1}), kiln.shard_start,
+                           kiln.shard_rows, 20, out="out", depth=1)
+    assert np.allclose(whole.compute()[1:-1], (m[:-2] + m[1:-1] + m[2:]) / 3, rtol=1e-6)
 
 
 def test_map_overlap_stencil():
@@ -75,6 +131,27 @@ def test_reduction_through_dask_tree():
     x = np.random.default_rng(5).integers(-100, 100, 40_000).astype(np.int32)
     s = kd.reduction(total, da.from_array(x, chunks=3000), kiln.shard_rows, out="acc")
     assert s.ndim == 0 and int(s.compute()) == int(x.sum())
+    once = kd.reduction(total, da.from_array(x, chunks=3000), kiln.shard_rows, out="acc",
+                        initial=1000)  # counted once, as by np.add.reduce, not per chunk
+    assert int(once.compute()) == int(np.add.reduce(x, initial=1000))
+
+
+def test_chunks_on_devices_are_not_computed_but_brought_back():
+    x = data(300, 14)
+    dx = da.from_array(x, chunks=100)
+    y = kd.map_blocks(saxpy, dx, dx, np.float32(1), kiln.shard_rows, out="out", on_device=True)
+    for wrong in (y, y.persist(), y.rechunk(300)):
+        with pytest.raises(kiln.LaunchError, match=r"kept in device memory \(on_device=True\)"
+                                                   r": bring them to the host with "
+                                                   r"kiln\.dask\.to_host\(array\) first"):
+            wrong.compute()
+    assert np.array_equal(kd.to_host(y.persist()).compute(), x + x)
+    assert np.array_equal(kd.to_host(x).compute(), x)  # host arrays pass as they are
+    smooth = kd.map_overlap(smooth_shard, y, kiln.shard_start, kiln.shard_rows, 300, out="y",
+                            depth=1)
+    expect = x + x
+    expect[1:-1] = (expect[:-2] + expect[1:-1] + expect[2:]) / np.float32(3)
+    np.testing.assert_allclose(smooth.compute(), expect, rtol=1e-6)
 
 
 def test_chained_calls_keep_chunks_on_the_device():
@@ -113,6 +190,9 @@ def test_reduction_without_identity_takes_initial():
     got = kd.reduction(largest, dx, kiln.shard_rows, out="acc", combine=np.maximum,
                        initial=-np.inf).compute()
     assert got == x.max()
+    above = kd.reduction(largest, dx, kiln.shard_rows, out="acc", combine=np.maximum,
+                         initial=7.0).compute()
+    assert above == np.maximum.reduce(x, initial=7.0) == 7.0
     with pytest.raises(kiln.LaunchError, match="maximum has no identity; give initial="):
         kd.reduction(largest, dx, kiln.shard_rows, out="acc", combine=np.maximum)
     with pytest.raises(kiln.LaunchError, match="combines with a NumPy ufunc"):
@@ -134,6 +214,62 @@ def test_misuse_is_a_launch_error():
     with pytest.raises(kiln.LaunchError, match="depth 3 is more than the smallest chunk's 2"):
         kd.map_overlap(smooth_shard, uneven, kiln.shard_start, kiln.shard_rows, 10, out="y",
                        depth=3)
+    for depth in (-1, 1.5, True):
+        with pytest.raises(kiln.LaunchError, match="depth is a number of rows"):
+            kd.map_overlap(smooth_shard, uneven, kiln.shard_start, kiln.shard_rows, 10,
+                           out="y", depth=depth)
+
+
+def test_mistakes_are_found_where_the_graph_is_built():
+    """Each is a kiln error at the call, not a raw exception (or a wrong answer) from
+    every chunk when the graph runs."""
+    dx = da.from_array(data(100, 7), chunks=50)
+    with pytest.raises(kiln.LaunchError, match=r"argument 'x' \(#1\) of saxpy: expected "
+                                               r"f32\[:\] \(float32, 1-d\), got a float64"):
+        kd.map_blocks(saxpy, dx.astype(np.float64), dx, 1.0, kiln.shard_rows, out="out")
+    with pytest.raises(kiln.LaunchError, match=r"argument 'a' \(#4\) of saxpy: expected f32, "
+                                               r"got str"):
+        kd.map_blocks(saxpy, dx, dx, "2", kiln.shard_rows, out="out")
+    with pytest.raises(kiln.LaunchError, match=r"out= names a parameter of saxpy twice"):
+        kd.map_blocks(saxpy, dx, np.float32(1), kiln.shard_rows, out=("out", "out"))
+    with pytest.raises(kiln.LaunchError, match=r"'x' of saxpy is a 0-d array;.*1 to 3 axes"):
+        kd.map_blocks(saxpy, da.from_array(np.float32(1)), dx, 1.0, kiln.shard_rows,
+                      out="out")
+    some = dx[dx > 0.5]
+    with pytest.raises(kiln.LaunchError, match=r"'x' of saxpy has chunks of unknown size"
+                                               r".*x\.compute_chunk_sizes\(\) first"):
+        kd.map_blocks(saxpy, some, some, 1.0, kiln.shard_rows, out="out")
+    with pytest.raises(kiln.LaunchError, match=r"output 'out' of row_offsets is f32\[:, :\]; "
+                                               r"it holds one value, as a 1-d array"):
+        kd.reduction(row_offsets, da.ones((4, 4), dtype=np.float32), kiln.shard_start,
+                     kiln.shard_rows, out="out")
+    square = da.ones((4, 4), dtype=np.int32, chunks=2)
+    with pytest.raises(kiln.LaunchError, match=r"output 'acc' of weighted is i32\[:\], and "
+                                               r"its chunks take the shape of the 2-d"):
+        kd.map_blocks(weighted, square, kiln.shard_start, kiln.shard_rows, out="acc")
+    with pytest.raises(kiln.LaunchError, match=r"initial=-inf is not a int32 value"):
+        kd.reduction(total, dx.astype(np.int32), kiln.shard_rows, out="acc",
+                     combine=np.maximum, initial=-np.inf)
+
+
+def test_tasks_do_not_carry_the_input_arrays():
+    """Each chunk's task goes to a worker on its own: it must not hold the dask arrays,
+    whose graphs hold the data of `da.from_array`."""
+    x = data(1_000_000, 18)
+    dx = da.from_array(x, chunks=250_000)
+    task = kd.ChunkLaunch(saxpy, (dx, dx, np.float32(1), kiln.shard_rows), "out", None)
+    assert len(cloudpickle.dumps(task)) < 20_000
+    partial = kd.PartialSum(kd.ChunkLaunch(largest, (dx, kiln.shard_rows), "acc", None),
+                            np.maximum, -np.inf)
+    assert len(cloudpickle.dumps(partial)) < 20_000
+
+
+def test_numpy_arrays_are_split_as_the_dask_array_is():
+    x, y = data(100, 15), data(100, 16)
+    z = kd.map_blocks(saxpy, da.from_array(x, chunks=30), y, np.float32(2), kiln.shard_rows,
+                      out="out")
+    assert z.chunks == ((30, 30, 30, 10),)
+    assert np.array_equal(z.compute(), np.float32(2) * x + y)
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +289,87 @@ def test_local_cluster_of_processes(cluster):
                             out="acc").compute()) == int(ints.sum())
     devices = cluster.run(lambda: kd.worker_device().name)
     assert len(devices) == 2
+
+
+NOTEBOOK_CELL = """
+import numpy as np
+import kiln
+from kiln import f32, i32
+
+OFFSET = 0.5
+TABLE = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+
+
+@kiln.func(max_depth=8)
+def triangle(n: i32) -> i32:
+    if n <= 0:
+        return 0
+    return n + triangle(n - 1)
+
+
+@kiln.func
+def twice(v: f32) -> f32:
+    return v * 2.0
+
+
+@kiln.kernel
+def cell_kernel(x: f32[:], out: f32[:], start: i32, rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        g = start + i
+        out[i] = twice(x[i]) + OFFSET + TABLE[g % 4] + f32(triangle(g % 5))
+
+
+@kiln.kernel
+def broken(x: f32[:], out: f32[:], rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        out[i] = x[i] * undefined_scale
+"""
+
+
+def notebook_cell(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """NOTEBOOK_CELL run as Jupyter runs a cell: in `__main__`, from a file name that is
+    no file (IPython keeps the text in `linecache`), so workers can import none of it; its
+    kernels are also set on this process's `__main__`, as a script's guarded block leaves
+    them where process workers (which import the script as `__mp_main__`) do not."""
+    name = f"/tmp/ipykernel_{os.getpid()}/cell-1.py"
+    monkeypatch.setitem(linecache.cache, name, (len(NOTEBOOK_CELL), None,
+                                                NOTEBOOK_CELL.splitlines(True), name))
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    exec(compile(NOTEBOOK_CELL, name, "exec"), namespace)
+    for kernel in ("cell_kernel", "broken"):
+        monkeypatch.setattr(sys.modules["__main__"], kernel, namespace[kernel], raising=False)
+    return namespace
+
+
+def make_scaled(a: float) -> kiln.Kernel:
+    @kiln.kernel
+    def scaled(x: f32[:], out: f32[:], rows: i32):
+        i = kiln.global_id(0)
+        if i < rows:
+            out[i] = x[i] * a
+
+    return scaled
+
+
+def test_kernels_workers_cannot_import_travel_by_value(cluster, monkeypatch):
+    """A notebook's kernels (with the constants, table and device functions they read) and
+    a kernel made inside a function reach process workers with their source text."""
+    cell = notebook_cell(monkeypatch)
+    x = data(1_000, 17)
+    dx = da.from_array(x, chunks=(300, 300, 400))
+    got = kd.map_blocks(cell["cell_kernel"], dx, kiln.shard_start, kiln.shard_rows,
+                        out="out").compute()
+    g = np.arange(1_000)
+    expect = x * 2 + np.float32(0.5) + np.float32([1, 2, 3, 4])[g % 4] + (g % 5) * (g % 5 + 1) // 2
+    assert np.array_equal(got, expect.astype(np.float32))
+    scaled = kd.map_blocks(make_scaled(np.float32(3)), dx, kiln.shard_rows, out="out")
+    assert np.array_equal(scaled.compute(), np.float32(3) * x)
+    line = NOTEBOOK_CELL.splitlines().index("        out[i] = x[i] * undefined_scale") + 1
+    with pytest.raises(kiln.UnknownNameError, match=rf"cell-1\.py \(shipped [0-9a-f]+\):{line}:"
+                                                    r".*undefined_scale"):
+        kd.map_blocks(cell["broken"], dx, kiln.shard_rows, out="out").compute()
 
 
 def _slow(chunk: np.ndarray) -> np.ndarray:

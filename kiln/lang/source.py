@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import inspect
 import linecache
 import textwrap
@@ -31,17 +32,49 @@ class ParsedFunction:
                    end_col + self.col_offset if same_line and end_col is not None else None)
 
 
-@cache
-def parse_function(pyfunc: Any) -> ParsedFunction:
-    """Parse a function's source once; locations map back to the original file."""
+@dataclass(frozen=True)
+class Source:
+    """A function's definition as text: its lines, from `first_line` of `file`."""
+
+    lines: tuple[str, ...]
+    first_line: int
+    file: str
+
+
+def read_source(pyfunc: Any) -> Source:
+    """The lines that define `pyfunc` (a notebook cell's too: IPython keeps them in
+    `linecache`), or an UnsupportedError naming the function."""
     try:
         lines, first_line = inspect.getsourcelines(pyfunc)
         file = inspect.getsourcefile(pyfunc) or inspect.getfile(pyfunc)
     except (OSError, TypeError) as exc:
         raise UnsupportedError(
             f"cannot read the source of {pyfunc.__qualname__} ({exc}); kiln kernels must be "
-            "defined in a file"
+            "defined in a file or a notebook cell"
         ) from None
+    return Source(tuple(lines), first_line, file)
+
+
+def adopt_source(pyfunc: Any, source: Source) -> None:
+    """Give a function rebuilt in another process from its code alone (pickled by value, as
+    Dask ships a notebook's functions: the code no longer names a file there) the text of
+    its definition. The lines go into `linecache` under a name of their own, which the code
+    then names, so the frontend, fingerprints and error messages read them as from a file;
+    the name holds a digest of the text, so a different definition never takes their place."""
+    text = "".join(source.lines)
+    digest = hashlib.sha256(f"{source.first_line}\n{text}".encode()).hexdigest()[:12]
+    name = f"{source.file} (shipped {digest})"
+    lines = ["\n"] * (source.first_line - 1) + list(source.lines)
+    linecache.cache[name] = (len(text), None, lines, name)  # no mtime: never reloaded
+    pyfunc.__code__ = pyfunc.__code__.replace(co_filename=name,
+                                              co_firstlineno=source.first_line)
+
+
+@cache
+def parse_function(pyfunc: Any) -> ParsedFunction:
+    """Parse a function's source once; locations map back to the original file."""
+    found = read_source(pyfunc)
+    lines, first_line, file = list(found.lines), found.first_line, found.file
     linecache.checkcache(file)
     source = "".join(lines)
     dedented = textwrap.dedent(source)
