@@ -12,7 +12,7 @@ import kiln
 from kiln import f32, f32x2, i32
 
 BACKENDS = [pytest.param(name, marks=requires_backend(name, f"the {name} backend is missing"))
-            for name in ("interp", "cpu", "opencl", "cuda")]
+            for name in ("interp", "cpu", "opencl", "serial", "cuda")]
 
 
 def run(kernel: kiln.Kernel, backend: str, threads: int, *args: object) -> None:

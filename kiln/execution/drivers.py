@@ -130,7 +130,7 @@ class CustomDriver(ExecutionDriver):
         backend = device.backend
         assert isinstance(backend, CustomBackend)
         request = KernelRequest(kernel.name, kernel.pyfunc, arg_types, kernel.options,
-                                functools.partial(kernel.program, arg_types))
+                                functools.partial(frontend, kernel, arg_types, backend))
         launchable = backend.load_kernel(request, device)
         if supports(launchable, RunsProgram):
             program = launchable.program
