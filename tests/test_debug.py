@@ -279,3 +279,57 @@ def test_release_kernels_are_built_without_view_checks() -> None:
                                     row_of_a_block, writes_through_views, views_to_functions])
 def test_view_checks_compile_for_cuda(kernel: kiln.Kernel) -> None:
     assert "kiln_check_view" in cuda_source(kernel)
+
+
+# ---------------------------------------------------------------- other launch paths
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prepared_and_repeated_launches_report_each_failure_once(backend: str) -> None:
+    dev = kiln.device(backend)
+    a, out = kiln.to_device(np.arange(10, dtype=np.float32), dev), kiln.zeros(1, f32, dev)
+    good = segment.prepare(1, 1, a, out, 2, 6, 3)
+    bad = segment.prepare(1, 1, a, out, 2, 6, 4)
+    for _ in range(2):
+        good()
+        dev.synchronize()
+        bad()
+        with pytest.raises(kiln.IndexOutOfBoundsError, match="read `seg\\[4\\]`"):
+            dev.synchronize()
+    for _ in range(3):  # `kernel[grid, block]`: the launcher's path
+        segment[1, 1](a, out, 2, 6, 3)
+    dev.synchronize()
+    assert out.numpy()[0] == 5
+
+
+@kiln.kernel(debug=True)
+def windows(x: f32[:], out: f32[:], rows: i32, reach: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        window = x[i:i + reach]  # error
+        out[i + 1] = window[reach - 1]  # x's halo row first: x[i + 1] is row i
+
+
+@requires_backend("cpu", "sharding splits the cpu backend's device")
+def test_sharded_launches_report_failures_of_every_shard_at_gather() -> None:
+    cpu = kiln.device("cpu")
+    parts = cpu.split(2) if cpu.capabilities.compute_units >= 2 else [cpu, kiln.device("interp")]
+    x = np.arange(10, dtype=np.float32)
+    a, b = kiln.shard(x, parts, halo=1), kiln.shard_empty(10, f32, parts, halo=1)
+    kiln.launch_sharded(windows, (a, b, kiln.shard_rows, 3))
+    np.testing.assert_array_equal(b.gather(), [1, 2, 3, 4, 5, 6, 7, 8, 9, 0])
+    kiln.launch_sharded(windows, (a, b, kiln.shard_rows, 4))  # one past each shard's end
+    with pytest.raises(kiln.ShardError, match="shard rows 0:5") as info:
+        b.gather()
+    cause = info.value.__cause__
+    assert isinstance(cause, kiln.IndexOutOfBoundsError)
+    assert cause.message.endswith("thread (4, 0, 0) of block (0, 0, 0) sliced `x[:8]`, "
+                                  "outside its 7 elements")
+    assert cause.loc.line == marked_line(windows)
+    kiln.launch_sharded(windows, (a, b, kiln.shard_rows, 3))  # no stale failure of the
+    np.testing.assert_array_equal(b.gather(), [1, 2, 3, 4, 5, 6, 7, 8, 9, 0])  # other shard
+
+
+def test_raw_kernels_refuse_debug() -> None:
+    with pytest.raises(kiln.OptionError, match="RawKernel scale: debug=True checks"):
+        kiln.RawKernel('extern "C" __global__ void scale(float *a) {}', "scale", debug=True)
+    assert not kiln.RawKernel("", "scale", debug=False).options.debug

@@ -112,12 +112,20 @@ class ShardedArray:
         return copies
 
     def gather(self, out: np.ndarray | None = None) -> np.ndarray:
-        """The whole array on the host, once every shard's queued work is done."""
+        """The whole array on the host, once every shard's queued work is done. A failure
+        (the first, by shard) is raised once every shard is waited for, so that no later
+        synchronisation reports another shard's failure of the same launches."""
         if out is None:
             out = np.empty(self.shape, self.dtype)
+        failure: ShardError | None = None
         for shard in self.shards:
-            with _naming(shard, "gathering"):
-                shard.owned.copy_to_host(out[shard.start:shard.stop])
+            try:
+                with _naming(shard, "gathering"):
+                    shard.owned.copy_to_host(out[shard.start:shard.stop])
+            except ShardError as error:
+                failure = failure or error
+        if failure is not None:
+            raise failure
         return out
 
 
