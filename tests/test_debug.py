@@ -333,3 +333,10 @@ def test_raw_kernels_refuse_debug() -> None:
     with pytest.raises(kiln.OptionError, match="RawKernel scale: debug=True checks"):
         kiln.RawKernel('extern "C" __global__ void scale(float *a) {}', "scale", debug=True)
     assert not kiln.RawKernel("", "scale", debug=False).options.debug
+
+
+def test_checks_of_an_unread_view_are_kept_as_statements_without_warnings() -> None:
+    # `seg` of `bad_slice` is only measured: its start is never read, but its check stays
+    source = bad_slice.source("opencl")
+    assert source.count("kiln_check_bound_i32") == 3  # the checker, then `lo` and `hi`
+    assert "(void)(" in source  # a C compiler warns of a statement `0 + check(lo, ...);`
