@@ -85,9 +85,57 @@ def test_vector_arguments_run_checked(backend: str) -> None:
     assert info.value.loc.line == marked_line(vector_neighbours)
 
 
+@kiln.struct
+class Circle:
+    r: f32
+
+
+@kiln.struct
+class Rect:
+    w: f32
+    h: f32
+
+
+Shape = kiln.variant("Shape", Circle, Rect)
+
+
+@kiln.kernel(debug=True)
+def areas(shapes: Shape[:], out: f32[:], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        match shapes[i]:
+            case Circle(r=r):
+                out[i] = 3.0 * r * r
+            case Rect(w=w, h=h):
+                out[i] = w * h
+
+
+@kiln.kernel(debug=True)
+def record_rows(nodes: Node[:, :], out: f32[:], k: i32):
+    i = kiln.global_id(0)
+    row = nodes[i]
+    out[i] = row[k].x + row[k].y
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_variant_arrays_and_rows_of_records_run_checked(backend: str) -> None:
+    shapes, out = Shape.array([Circle(1.0), Rect(2.0, 3.0)]), np.zeros(3, np.float32)
+    run(areas, backend, 4, shapes, out, 2)
+    np.testing.assert_array_equal(out, [3, 6, 0])
+    with pytest.raises(kiln.IndexOutOfBoundsError, match="thread \\(2, 0, 0\\) of block "
+                       "\\(0, 0, 0\\) read `shapes\\[2\\]`, outside its 2 elements"):
+        run(areas, backend, 4, shapes, out, 3)
+    nodes = np.zeros((3, 2), Node.dtype)
+    nodes["x"], nodes["y"] = 1, np.arange(6).reshape(3, 2)
+    run(record_rows, backend, 3, nodes, out, 1)
+    np.testing.assert_array_equal(out, [2, 4, 6])
+    with pytest.raises(kiln.IndexOutOfBoundsError, match="read `row\\[2\\]`, outside its 2"):
+        run(record_rows, backend, 3, nodes, out, 2)
+
+
 def test_record_and_vector_kernels_compile_for_cuda_with_checks() -> None:
-    cuda_source(record_neighbours)
-    cuda_source(vector_neighbours)
+    for kernel in (record_neighbours, vector_neighbours, areas, record_rows):
+        cuda_source(kernel)
 
 
 # ---------------------------------------------------------------- the status array
