@@ -55,31 +55,33 @@ class ExecutionDriver(ABC):
 
 
 def frontend(kernel: Kernel, arg_types: tuple[Type, ...], backend: Backend) -> Program:
-    """The program `backend`'s pipeline receives: the frontend's, with `debug=True`'s
-    bounds checks (`kiln.ir.passes.bounds`)."""
-    program = kernel.program(arg_types)
-    if kernel.options.debug and not backend.checks_bounds:
-        program = check_bounds(program)
-    return program
+    """The program `backend`'s pipeline receives: the frontend's, and with `debug=True`
+    its bounds checks (`kiln.ir.passes.bounds`: of views only, where the backend checks
+    every array access itself)."""
+    if not kernel.options.debug:
+        return kernel.program(arg_types)
+    return check_bounds(kernel.program(arg_types, checked=True),
+                        arrays=not backend.checks_bounds)
 
 
 def lower(kernel: Kernel, arg_types: tuple[Type, ...], device: Device
           ) -> tuple[Program, frozenset[str]]:
     """The frontend, then the backend's pipeline: the lowered program and the names of the
     (original) parameters it may write."""
-    program = frontend(kernel, arg_types, device.backend)
+    program = original = frontend(kernel, arg_types, device.backend)
     for stage in device.backend.pipeline(device):
         program = stage(program)
-    return program, written_by(kernel, arg_types, program)
+    return program, written_by(original, program)
 
 
-def written_by(kernel: Kernel, arg_types: tuple[Type, ...], program: Program) -> frozenset[str]:
-    """The names of the kernel's (original) parameters that `program` may write."""
+def written_by(original: Program, program: Program) -> frozenset[str]:
+    """The names of the parameters of `original` (the frontend's program) that `program`
+    (lowered from it) may write."""
     params = program.arguments()  # not the status array of run-time checks
     written = written_params(program) & {p.name for p in params}
     if params and params[0].source is not None:  # records, variants or vectors were split
-        original = kernel.program(arg_types).kernel.params
-        written = {original[p.source.index].name for p in params
+        names = [p.name for p in original.arguments()]
+        written = {names[p.source.index] for p in params
                    if p.name in written and p.source is not None}
     return frozenset(written)
 
@@ -128,11 +130,11 @@ class CustomDriver(ExecutionDriver):
         backend = device.backend
         assert isinstance(backend, CustomBackend)
         request = KernelRequest(kernel.name, kernel.pyfunc, arg_types, kernel.options,
-                                functools.partial(kernel.program, arg_types))
+                                functools.partial(frontend, kernel, arg_types, backend))
         launchable = backend.load_kernel(request, device)
         if supports(launchable, RunsProgram):
             program = launchable.program
-            return Built(launchable, program, written_by(kernel, arg_types, program))
+            return Built(launchable, program, written_by(kernel.program(arg_types), program))
         written = frozenset(name for (name, _), t in zip(kernel.signature, arg_types)
                             if isinstance(t, ArrayType))
         return Built(launchable, None, written)

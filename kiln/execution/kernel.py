@@ -59,7 +59,7 @@ class Kernel(Compilable):
         self.specializations: dict[Any, Specialization] = {}
         self.launch_plans: dict[Any, Callable[..., bool]] = {}  # see execution.fastpath
         self._launchers: dict[Any, Launcher] = {}
-        self._programs: dict[tuple[Type, ...], Program] = {}
+        self._programs: dict[tuple[tuple[Type, ...], bool], Program] = {}
         self.frontend_runs = 0
         """How many signatures the frontend built for this kernel object (a kernel-cache
         hit runs none)."""
@@ -91,14 +91,16 @@ class Kernel(Compilable):
             self._launchers[config] = launcher
         return launcher
 
-    def program(self, arg_types: tuple[Type, ...]) -> Program:
-        """The typed IR for one argument-type signature (cached)."""
-        program = self._programs.get(arg_types)
+    def program(self, arg_types: tuple[Type, ...], checked: bool = False) -> Program:
+        """The typed IR for one argument-type signature (cached); `checked`: with views'
+        indices and slices' bounds marked for `debug=True`'s checks."""
+        program = self._programs.get((arg_types, checked))
         if program is None:
             self.frontend_runs += 1
-            program = check_program(build_program(self.pyfunc, arg_types, kernel=True))
+            program = check_program(build_program(self.pyfunc, arg_types, kernel=True,
+                                                  checked=checked))
             check_definite_assignment(program)  # of the user's code (not of passes' output)
-            self._programs[arg_types] = program
+            self._programs[arg_types, checked] = program
         return program
 
     def _types(self, types: Sequence[Type]) -> tuple[Type, ...]:

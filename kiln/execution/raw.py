@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DeviceMismatchError, LaunchError
+from ..errors import DeviceMismatchError, LaunchError, OptionError
 from ..framework.backend import Launchable, RawKernels, supports
 from ..ir.types import literal_type
 from ..options import KernelOptions
@@ -34,6 +34,9 @@ class RawKernel:
     def __init__(self, source: str | bytes, name: str, backend: str = "cuda",
                  **options: Any) -> None:
         self.source, self.name, self.backend_name = source, name, backend
+        if options.get("debug"):  # KILN_DEBUG=1 (the default then) is fine: nothing to check
+            raise OptionError(f"RawKernel {name}: debug=True checks the indices of kiln "
+                              "kernels; a raw kernel's source runs as it is written")
         self.options = KernelOptions.of(options, f"RawKernel {name}", caller_loc())
         self._routines: dict[Device, Launchable] = {}
 

@@ -396,7 +396,8 @@ class KernelRequest:
     arg_types: tuple[Type, ...]
     options: KernelOptions
     frontend: Callable[[], Program]
-    """kiln's frontend on this kernel: the typed, checked IR for `arg_types` (cached)."""
+    """kiln's frontend on this kernel: the typed, checked IR for `arg_types` (cached), with
+    the bounds checks of `debug=True` (`kiln.ir.passes.bounds`)."""
 
 
 class CustomBackend(Backend):

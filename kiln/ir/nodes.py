@@ -138,6 +138,25 @@ class Field(Expr):
     name: str
 
 
+@dataclass(eq=False)
+class CheckedIndex(Expr):
+    """`value`, an index of a view or a bound of a slice, checked where it is evaluated
+    against the extent of the axis it indexes: `0 <= value < extent`, or for a slice's
+    bound (`bound`) `0 <= value <= extent`. An extent below 0 (a slice `a[lo:hi]` with
+    `lo > hi`) is an empty axis.
+
+    Only in programs the frontend builds with checks (`@kiln.kernel(debug=True)`), and
+    only until `check_bounds` (`kiln.ir.passes.bounds`) turns each into a call that
+    reports a value outside as an `IndexOutOfBoundsError` and then gives 0. `message`
+    says what failed, after the thread: "read `seg[{index}]`, outside its {extent}
+    elements", where `{index}` and `{extent}` stand for the values."""
+
+    value: Expr
+    extent: Expr
+    message: str
+    bound: bool = False
+
+
 # ---------------------------------------------------------------- statements
 
 

@@ -229,7 +229,7 @@ class Expressions(Part):
         component = self.vector_component(node)
         if component is not None:  # v[1] is v.y
             return self.expr(component)
-        array, indices = self.subscript(node)
+        array, indices = self.subscript(node, "read")
         return ir.Load(element_type(array), array, indices, loc=self.loc(node))
 
     def shape(self, attribute: ast.Attribute, index: ast.expr, node: ast.AST) -> ir.Expr:
@@ -269,10 +269,11 @@ class Expressions(Part):
         component = ast.Attribute(value=node.value, attr=COMPONENTS[int(k) % n], ctx=node.ctx)
         return ast.copy_location(component, node)
 
-    def subscript(self, node: ast.Subscript) -> tuple[ir.Var, list[ir.Expr]]:
-        """The array and the indices of an element `a[i, j]` (or of a view's element)."""
+    def subscript(self, node: ast.Subscript, verb: str) -> tuple[ir.Var, list[ir.Expr]]:
+        """The array and the indices of an element `a[i, j]` (or of a view's element, whose
+        checks in a checked program report that they `verb` it)."""
         if self.fb.views.names_view(node.value):
-            return self.fb.views.view_element(node)
+            return self.fb.views.view_element(node, verb)
         base = self.expr(node.value)
         if not isinstance(base.type, ArrayType) or not isinstance(base, ir.Var):
             raise KernelTypeError(f"cannot index a {base.type} value", self.loc(node.value))

@@ -38,7 +38,8 @@ MAX_REBUILDS = 64
 class ProgramContext:
     """Collects the device functions one kernel calls, specialised by argument types."""
 
-    def __init__(self) -> None:
+    def __init__(self, checked: bool = False) -> None:
+        self.checked = checked  # views' indices and slices' bounds as `ir.CheckedIndex`
         self.functions: dict[tuple[Any, tuple[Type, ...]], ir.Function] = {}
         self.order: list[ir.Function] = []
         self.building: dict[tuple[Any, tuple[Type, ...]], FunctionBuilder] = {}
@@ -105,9 +106,11 @@ def _type_tag(t: Type) -> str:
 
 
 def build_program(pyfunc: Callable[..., Any], arg_types: tuple[Type, ...],
-                  kernel: bool = True) -> ir.Program:
-    """Typed IR for `pyfunc` specialised to `arg_types`, with the functions it calls."""
-    ctx = ProgramContext()
+                  kernel: bool = True, checked: bool = False) -> ir.Program:
+    """Typed IR for `pyfunc` specialised to `arg_types`, with the functions it calls;
+    `checked` (debug=True) marks every index of a view and bound of a slice for the
+    bounds checks (`ir.CheckedIndex`)."""
+    ctx = ProgramContext(checked)
     main = FunctionBuilder(pyfunc, arg_types, ctx, is_kernel=kernel).build()
     return ir.Program(main, list(ctx.order), tables=ctx.tables)
 

@@ -220,7 +220,7 @@ class Statements(Part):
         scope.defined.add(name)
 
     def store(self, target: ast.Subscript, value: ir.Expr, stmt: ast.stmt) -> ir.Stmt:
-        array, indices = self.fb.exprs.subscript(target)
+        array, indices = self.fb.exprs.subscript(target, "wrote")
         self.fb.exprs.writable(array, target)
         converted = convert(value, element_type(array), self.loc(target),
                                        compound=True, what=f"an element of '{array.name}'")
@@ -250,7 +250,7 @@ class Statements(Part):
                        node: ast.AugAssign) -> list[ir.Stmt]:
         exprs = self.fb.exprs
         out: list[ir.Stmt] = []
-        array, indices = exprs.subscript(target)
+        array, indices = exprs.subscript(target, "read")  # as an array's, read first
         exprs.writable(array, target)
         bound: list[ir.Expr] = []
         for idx in indices:  # evaluate index expressions once

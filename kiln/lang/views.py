@@ -7,8 +7,13 @@ view indexes the array (`row[j]` is `m[i, j]`, `s[k]` is `a[lo + k]`), so every 
 runs views as it runs arrays, and strided views (columns) cost nothing extra. A view bound
 to a name evaluates its indices once, into temporaries; binding the name again (in a loop)
 assigns those temporaries, so the name always means its latest binding. Views are read,
-written, updated, used with atomics, `len()` and `.shape`; they are not values of their own
-(no `b = row`, and not passed to device functions: pass the array and the index).
+written, updated, used with atomics, `len()` and `.shape`, and passed to device functions
+(`ViewParam`); they are not values of their own (no `b = row`).
+
+A checked program (`debug=True`) marks each of a view's indices and each bound of a slice
+as an `ir.CheckedIndex` against the extent of the axis it indexes (the view's own, not the
+array's), which the bounds checks report where it is evaluated: where the view is bound,
+passed or indexed in place.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 
 from ..errors import ConstantError, KernelTypeError, UnsupportedError
 from ..ir import nodes as ir
+from ..ir.passes.bounds import index_message
 from ..ir.types import ArrayType, ScalarType, Type, i32
 from .conversions import cast, literal_value
 from .part import Part
@@ -27,11 +33,23 @@ from .part import Part
 
 @dataclass
 class Axis:
-    """One axis of the viewed array: a fixed `index`, or a slice from `start` of `length`."""
+    """One axis of the viewed array: a fixed `index`, or a slice from `start` of `length`.
+
+    In a checked program (debug=True) a slice also has its `extent`: the length as its
+    indices are checked against, with the checks of the slice's bounds in it, so that
+    they run where the view is bound or indexed while `length` stays what it is (a
+    constant for `a[0:4]`)."""
 
     index: ir.Expr | None = None
     start: ir.Expr | None = None
     length: ir.Expr | None = None
+    extent: ir.Expr | None = None
+
+    @property
+    def checked_extent(self) -> ir.Expr:
+        extent = self.extent if self.extent is not None else self.length
+        assert extent is not None
+        return extent
 
 
 @dataclass
@@ -80,6 +98,22 @@ def view_params(name: str, t: ViewParam, loc: ir.Loc) -> tuple[list[ir.Param], V
     return params, View(ir.Var(t.array, array.name, loc=loc), axes, loc)
 
 
+@dataclass(frozen=True)
+class _Place:
+    """An axis of a view or array as checked programs name it in their reports: `name`
+    as written, its axis `axis` of `ndim`, and what the code does there (`verb`)."""
+
+    name: str
+    axis: int
+    ndim: int
+    verb: str
+
+    def message(self, place: str = "{index}") -> str:
+        """A failed check's report (`place`: `{index}:` / `:{index}` for a slice's bound)."""
+        verb = "sliced" if place != "{index}" else self.verb
+        return index_message(verb, self.name, self.axis, self.ndim, place)
+
+
 class Views(Part):
     """Builds views: binds them to names, indexes them, passes them to device functions."""
 
@@ -109,12 +143,13 @@ class Views(Part):
                     return value.ndim
         return None
 
-    def base_view(self, node: ast.expr) -> View:
-        """`node` (an array, a view name, or a view expression) as a view of all its axes."""
+    def base_view(self, node: ast.expr, verb: str = "viewed") -> View:
+        """`node` (an array, a view name, or a view expression) as a view of all its axes;
+        `verb` says what checked programs report of its indices."""
         if isinstance(node, ast.Name) and node.id in self.scope.views:
             return self.scope.views[node.id]
         if isinstance(node, ast.Subscript):
-            return self.view_of(node)
+            return self.view_of(node, verb)
         array = self.fb.exprs.expr(node)
         if not isinstance(array, ir.Var) or not isinstance(array.type, ArrayType):
             raise KernelTypeError(f"cannot take a view of a {array.type}", self.loc(node))
@@ -123,36 +158,60 @@ class Views(Part):
                 for k in range(array.type.ndim)]
         return View(array, axes, self.loc(node))
 
-    def view_of(self, node: ast.Subscript) -> View:
-        """The view `node` takes (indices evaluated where they stand)."""
-        outer = self.base_view(node.value)
+    def view_of(self, node: ast.Subscript, verb: str = "viewed") -> View:
+        """The view `node` takes (indices evaluated where they stand); `verb` says what
+        checked programs report of its indices."""
+        outer = self.base_view(node.value, verb)
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         own = outer.sliced
         if len(items) > len(own):
             raise KernelTypeError(f"a view with {len(own)} axis(es) is indexed with "
                                   f"{len(items)}", self.loc(node.slice))
         new_axes: dict[int, Axis] = {}
-        for axis, item in zip(own, items):
-            new_axes[id(axis)] = self.narrow(axis, item)
+        for k, (axis, item) in enumerate(zip(own, items)):
+            place = _Place(ast.unparse(node.value), k, len(own), verb)
+            new_axes[id(axis)] = self.narrow(axis, item, place)
         axes = [new_axes.get(id(a), a) for a in outer.axes]
         return View(outer.array, axes, self.loc(node))
 
-    def narrow(self, axis: Axis, item: ast.expr) -> Axis:
+    def narrow(self, axis: Axis, item: ast.expr, place: _Place) -> Axis:
         """One axis of a view indexed by an index or a slice."""
         assert axis.start is not None and axis.length is not None
+        extent = axis.checked_extent
         if not isinstance(item, ast.Slice):
-            return Axis(index=self.offset(axis.start, self.fb.exprs.index(item), item))
+            index = self.checked(self.fb.exprs.index(item), extent, place.message())
+            return Axis(index=self.offset(axis.start, index, item))
         if item.step is not None:
             raise UnsupportedError("views take slices without a step (a[lo:hi])",
                                    self.loc(item.step))
         lo = self.fb.exprs.index(item.lower) if item.lower is not None else None
         hi = self.fb.exprs.index(item.upper) if item.upper is not None else None
-        start = axis.start if lo is None else self.offset(axis.start, lo, item)
-        if hi is None:
-            length = axis.length if lo is None else self.fb.exprs.binop("-", axis.length, lo, item)
+        if lo is None:
+            start = axis.start
         else:
-            length = hi if lo is None else self.fb.exprs.binop("-", hi, lo, item)
-        return Axis(start=start, length=length)
+            checked_lo = self.checked(lo, extent, place.message("{index}:"), bound=True)
+            start = self.offset(axis.start, checked_lo, item)
+        length = self.span(axis.length, lo, hi, item)
+        if not self.fb.ctx.checked:
+            return Axis(start=start, length=length)
+        if hi is not None:
+            hi = self.checked(hi, extent, place.message(":{index}"), bound=True)
+        return Axis(start=start, length=length, extent=self.span(extent, lo, hi, item))
+
+    def span(self, length: ir.Expr, lo: ir.Expr | None, hi: ir.Expr | None,
+             item: ast.Slice) -> ir.Expr:
+        """The length of `[lo:hi]` of an axis of `length`."""
+        if hi is None:
+            return length if lo is None else self.fb.exprs.binop("-", length, lo, item)
+        return hi if lo is None else self.fb.exprs.binop("-", hi, lo, item)
+
+    def checked(self, value: ir.Expr, extent: ir.Expr, message: str,
+                bound: bool = False) -> ir.Expr:
+        """`value`, checked against `extent` where it is evaluated in a program built with
+        checks (`ir.CheckedIndex`, debug=True); as it is elsewhere."""
+        if not self.fb.ctx.checked:
+            return value
+        return ir.CheckedIndex(value.type, value, extent, message, bound, loc=value.loc)
 
     def offset(self, start: ir.Expr, index: ir.Expr, node: ast.AST) -> ir.Expr:
         value = literal_value(start)
@@ -174,7 +233,7 @@ class Views(Part):
         axes = []
         for k, axis in enumerate(view.axes):
             fields = {}
-            for field in ("index", "start", "length"):
+            for field in ("index", "start", "length", "extent"):
                 value = getattr(axis, field)
                 if value is None:
                     continue
@@ -201,15 +260,20 @@ class Views(Part):
 
     # ------------------------------------------------------------ using views
 
-    def view_element(self, node: ast.Subscript) -> tuple[ir.Var, list[ir.Expr]]:
-        """`v[j, ...]` of a view: the array and its indices."""
-        view = self.base_view(node.value)
+    def view_element(self, node: ast.Subscript, verb: str) -> tuple[ir.Var, list[ir.Expr]]:
+        """`v[j, ...]` of a view: the array and its indices (`verb`: what the access does,
+        for checked programs' reports)."""
+        view = self.base_view(node.value, verb)
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         own = view.sliced
         if len(items) != len(own) or any(isinstance(i, ast.Slice) for i in items):
             raise KernelTypeError(f"a view with {len(own)} axis(es) is indexed with "
                                   f"{len(items)} index(es)", self.loc(node.slice))
-        given = {id(a): self.fb.exprs.index(item) for a, item in zip(own, items)}
+        name = ast.unparse(node.value)
+        given = {}
+        for k, (a, item) in enumerate(zip(own, items)):
+            message = _Place(name, k, len(own), verb).message()
+            given[id(a)] = self.checked(self.fb.exprs.index(item), a.checked_extent, message)
         indices = []
         for a in view.axes:
             if a.index is not None:
@@ -243,7 +307,7 @@ class Views(Part):
         key = ast.Tuple(elts=arg_nodes[1:1 + count], ctx=ast.Load())
         element = ast.copy_location(ast.Subscript(value=arg_nodes[0], slice=key,
                                                   ctx=ast.Load()), arg_nodes[0])
-        array, indices = self.view_element(element)
+        array, indices = self.view_element(element, "updated")
         return [array, *indices, *(self.fb.exprs.expr(a) for a in arg_nodes[1 + count:])]
 
     def view_argument(self, node: ast.expr, ptype: Type | None, what: str
@@ -258,7 +322,8 @@ class Views(Part):
             raise KernelTypeError(f"{what} expects {ptype}, got a view of {t.ndim} axis(es) "
                                   f"of {t.array.elem}", self.loc(node))
         args: list[ir.Expr] = [view.array]
-        for axis in view.axes:
-            parts = (axis.index,) if axis.index is not None else (axis.start, axis.length)
+        for axis in view.axes:  # a checked program's extent: the slice's checks run here
+            parts = ((axis.index,) if axis.index is not None
+                     else (axis.start, axis.checked_extent))
             args += [cast(p, i32) for p in parts if p is not None]
         return t, args

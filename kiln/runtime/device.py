@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DeviceMismatchError
@@ -64,9 +64,8 @@ class Device:
 
     def synchronize(self) -> None:
         """Wait for all work queued on this device (and raise a failed run-time check)."""
-        self.backend.queue.synchronize_device(self)
-        flush_c_stdout()
-        raise_failed([watch for stream in list(self.streams) for watch in stream.take_pending()])
+        watches = [watch for stream in list(self.streams) for watch in stream.take_pending()]
+        settle(lambda: self.backend.queue.synchronize_device(self), watches)
 
 
 class Stream:
@@ -80,9 +79,8 @@ class Stream:
 
     def synchronize(self) -> None:
         """Wait for the work queued on this stream (and raise a failed run-time check)."""
-        self.device.backend.queue.synchronize_stream(self.handle)
-        flush_c_stdout()
-        raise_failed(self.take_pending())
+        watches = self.take_pending()
+        settle(lambda: self.device.backend.queue.synchronize_stream(self.handle), watches)
 
     def take_pending(self) -> list[StatusWatch]:
         """The run-time checks of the launches since the last synchronisation (removed)."""
@@ -119,10 +117,8 @@ class Event:
         launches before it; reading their status waits for the stream's work)."""
         if not self._recorded:
             return
-        self.device.backend.queue.synchronize_event(self.handle)
-        flush_c_stdout()
         watches, self._watches = self._watches, []
-        raise_failed(watches)
+        settle(lambda: self.device.backend.queue.synchronize_event(self.handle), watches)
 
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds from this event (the start) to `end`, both recorded on one device;
@@ -227,6 +223,22 @@ def devices_of(entry: BackendEntry) -> list[Device]:
 def default_device() -> Device:
     """The device a stream, an event or an array gets when none is given."""
     return device(None)
+
+
+def settle(wait: Callable[[], None], watches: list[StatusWatch]) -> None:
+    """`wait` for queued work, then raise the first failed run-time check of `watches`.
+    Where the wait raises (the interp raises its own bounds errors from its worker), the
+    statuses are still read and cleared, and a failed check wins: it ran first."""
+    try:
+        wait()
+    except Exception as exc:
+        failure: Exception | None = exc
+    else:
+        failure = None
+    flush_c_stdout()
+    raise_failed(watches)
+    if failure is not None:
+        raise failure
 
 
 def raise_failed(watches: Iterable[StatusWatch]) -> None:

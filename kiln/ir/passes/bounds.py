@@ -7,8 +7,14 @@ with a compare-and-swap, then writes the index and its thread and block) and ret
 the access stays inside the array. The launch's next synchronisation raises
 `IndexOutOfBoundsError` naming the kernel, the array, the index, the thread and the line
 (`kiln.runtime.status`). The checker is a call where the index is evaluated, so indices
-guarded by `and`, `or` or `if ... else` are checked only when evaluated. The interp backend
-checks every access itself and skips this pass (`Backend.checks_bounds`).
+guarded by `and`, `or` or `if ... else` are checked only when evaluated.
+
+Views index their array (`seg[k]` is `a[lo + k]`), so a program built with checks marks
+each index of a view and each bound of a slice as an `ir.CheckedIndex` against the view's
+own extent; those become calls of checkers of their own (`kiln_check_view_*`, and
+`kiln_check_bound_*` for a slice's bounds, which may equal the extent). The interp checks
+every array access itself (`Backend.checks_bounds`) and gets only the views' checks
+(`arrays=False`).
 """
 
 from __future__ import annotations
@@ -25,15 +31,16 @@ _THREAD = ("thread_idx_x", "thread_idx_y", "thread_idx_z",
            "block_idx_x", "block_idx_y", "block_idx_z")
 
 
-def check_bounds(program: ir.Program) -> ir.Program:
-    """The program with every array index checked against its dimension."""
+def check_bounds(program: ir.Program, arrays: bool = True) -> ir.Program:
+    """The program with each `ir.CheckedIndex` checked and, with `arrays`, every array
+    index checked against its dimension."""
     program = clone_program(program)
     status = Status(program)
     taken = {f.name for f in all_functions(program)}
-    checkers: dict[ScalarType, ir.Function] = {}
+    checkers: dict[tuple[ScalarType, str], ir.Function] = {}
     kernel = program.kernel.name
     for func in all_functions(program):
-        _Checked(func, status, checkers, taken, kernel).transform_body_of(func)
+        _Checked(func, status, checkers, taken, kernel, arrays).transform_body_of(func)
     if not checkers:  # nothing to check: no status array to pass
         return program
     program.functions[:0] = checkers.values()
@@ -44,13 +51,18 @@ def check_bounds(program: ir.Program) -> ir.Program:
 
 class _Checked(Transformer):
     def __init__(self, func: ir.Function, status: Status,
-                 checkers: dict[ScalarType, ir.Function], taken: set[str], kernel: str) -> None:
+                 checkers: dict[tuple[ScalarType, str], ir.Function], taken: set[str],
+                 kernel: str, arrays: bool) -> None:
         self.func, self.status, self.checkers = func, status, checkers
-        self.taken, self.kernel = taken, kernel
+        self.taken, self.kernel, self.arrays = taken, kernel, arrays
         self.ranges = Ranges(func)
 
     def transform_body_of(self, func: ir.Function) -> None:
         func.body = self.transform_body(func.body)
+
+    def visit_CheckedIndex(self, e: ir.CheckedIndex) -> ir.Expr:
+        extent = e.extent if e.extent.type == i32 else ir.Cast(i32, e.extent, loc=e.loc)
+        return self.check(e.value, extent, e.message, "bound" if e.bound else "view", e.loc)
 
     def visit_Load(self, e: ir.Load) -> ir.Expr:
         e.indices = self.checked(e.array, e.indices, "read", e.loc)
@@ -61,8 +73,9 @@ class _Checked(Transformer):
         return s
 
     def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:
-        if e.name.startswith("atomic_") and e.args and isinstance(e.args[0], ir.Var) \
-                and isinstance(e.args[0].type, ArrayType) and e.args[0].name != self.status.name:
+        if self.arrays and e.name.startswith("atomic_") and e.args \
+                and isinstance(e.args[0], ir.Var) and isinstance(e.args[0].type, ArrayType) \
+                and e.args[0].name != self.status.name:
             array = e.args[0]
             assert isinstance(array, ir.Var) and isinstance(array.type, ArrayType)
             ndim = array.type.ndim
@@ -74,28 +87,36 @@ class _Checked(Transformer):
                 loc: ir.Loc | None) -> list[ir.Expr]:
         t = array.type
         assert isinstance(t, ArrayType)
+        if not self.arrays:
+            return indices
         out = []
         for axis, index in enumerate(indices):
             if t.shape is not None and _within(self.ranges.of(index), t.shape[axis]):
                 out.append(index)  # provably inside a fixed shape (`s[tid]`, `s[i % 64]`)
                 continue
-            code = self.status.add(ir.RuntimeCheck(
-                IndexOutOfBoundsError,
-                f"kernel `{self.kernel}`: thread {{thread}} of block {{block}} {verb} "
-                f"{_describe(array.name, t, axis)}", loc, details=True))
-            index_type = index.type if index.type == i64 else i32
-            value = index if index.type == index_type else ir.Cast(index_type, index)
-            checker = self.checker(index_type)  # type: ignore[arg-type]
             dim = ir.ArrayDim(i32, ir.Var(t, array.name), axis, loc=loc)
-            out.append(ir.Call(index_type, checker.name,
-                               [value, dim, ir.Const(i32, code)], loc=loc))
+            message = index_message(verb, array.name, axis, t.ndim)
+            out.append(self.check(index, dim, message, "index", loc))
         return out
 
-    def checker(self, t: ScalarType) -> ir.Function:
-        found = self.checkers.get(t)
+    def check(self, index: ir.Expr, extent: ir.Expr, message: str, kind: str,
+              loc: ir.Loc | None) -> ir.Expr:
+        """`index` through the checker of `kind` (`_checker`), which reports `message`
+        when it is outside `extent`."""
+        code = self.status.add(ir.RuntimeCheck(
+            IndexOutOfBoundsError,
+            f"kernel `{self.kernel}`: thread {{thread}} of block {{block}} {message}", loc,
+            details=True))
+        index_type = index.type if index.type == i64 else i32
+        value = index if index.type == index_type else ir.Cast(index_type, index)
+        checker = self.checker(index_type, kind)  # type: ignore[arg-type]
+        return ir.Call(index_type, checker.name, [value, extent, ir.Const(i32, code)], loc=loc)
+
+    def checker(self, t: ScalarType, kind: str) -> ir.Function:
+        found = self.checkers.get((t, kind))
         if found is None:
-            found = self.checkers[t] = _checker(fresh(f"kiln_check_index_{t.name}", self.taken),
-                                                t, self.status)
+            found = self.checkers[t, kind] = _checker(
+                fresh(f"kiln_check_{kind}_{t.name}", self.taken), t, kind, self.status)
         return found
 
 
@@ -103,10 +124,14 @@ def _within(bounds: tuple[int, int], extent: int) -> bool:
     return bounds[0] >= 0 and bounds[1] < extent
 
 
-def _describe(name: str, t: ArrayType, axis: int) -> str:
-    """`a[{index}]`, outside its 256 elements / `m[:, {index}]`, outside its shape (...)."""
-    place = ", ".join("{index}" if k == axis else ":" for k in range(t.ndim))
-    return f"`{name}[{place}]`, {outside(axis, t.ndim, '{extent}')}"
+def index_message(verb: str, name: str, axis: int, ndim: int, place: str = "{index}") -> str:
+    """What a failed check says after the thread: "read `a[{index}]`, outside its
+    {extent} elements", "wrote `m[:, {index}]`, outside its shape (axis 1 has {extent}
+    elements)"; `place` is what stands at the failing axis (`{index}:` for a slice's
+    start). `name` is the array or view as written (braces in it are escaped)."""
+    shown = name.replace("{", "{{").replace("}", "}}")
+    where = ", ".join(place if k == axis else ":" for k in range(ndim))
+    return f"{verb} `{shown}[{where}]`, {outside(axis, ndim, '{extent}')}"
 
 
 def outside(axis: int, ndim: int, extent: int | str) -> str:
@@ -116,13 +141,17 @@ def outside(axis: int, ndim: int, extent: int | str) -> str:
     return f"outside its shape (axis {axis} has {extent} elements)"
 
 
-def _checker(name: str, t: ScalarType, status: Status) -> ir.Function:
-    """`name(index, dim, code)`: the index when in range, else 0 after reporting `code`."""
+def _checker(name: str, t: ScalarType, kind: str, status: Status) -> ir.Function:
+    """`name(index, dim, code)`: the index when in range, else 0 after reporting `code`.
+    In range: `0 <= index < dim` for an array's or a view's index (kind "index", "view"),
+    `0 <= index <= dim` for a slice's bound ("bound"); a view's or a slice's `dim` below 0
+    (a slice `a[lo:hi]` with `lo > hi`) is an empty axis, 0."""
     index, dim, code = ir.Var(t, "index"), ir.Var(i32, "dim"), ir.Var(i32, "code")
     array = ir.Var(STATUS_TYPE, status.name)
     outside = ir.BoolOp(bool_, "or", [
         ir.Compare(bool_, "<", index, ir.Const(t, 0)),
-        ir.Compare(bool_, ">=", index, dim if t == i32 else ir.Cast(t, dim))])
+        ir.Compare(bool_, ">" if kind == "bound" else ">=", index,
+                   dim if t == i32 else ir.Cast(t, dim))])
     claimed = ir.Compare(bool_, "==", ir.IntrinsicCall(
         i32, "atomic_cas", [array, ir.Const(i32, 0), ir.Const(i32, 0), code]), ir.Const(i32, 0))
     high = (ir.Cast(i32, ir.BinOp(t, ">>", index, ir.Const(t, 32))) if t == i64 else
@@ -135,5 +164,8 @@ def _checker(name: str, t: ScalarType, status: Status) -> ir.Function:
     body: list[ir.Stmt] = [
         ir.If(outside, [ir.If(claimed, report), ir.Return(ir.Const(t, 0))]),
         ir.Return(index)]
+    if kind != "index":
+        empty = ir.Compare(bool_, "<", dim, ir.Const(i32, 0))
+        body.insert(0, ir.Assign("dim", ir.Select(i32, empty, ir.Const(i32, 0), dim)))
     return ir.Function(name, [ir.Param("index", t), ir.Param("dim", i32),
                               ir.Param("code", i32)], t, body, {})

@@ -336,6 +336,12 @@ class _Validator(Visitor[None]):
             self.require(it in INDEX_TYPES, f"index of `{array.name}` has type {it}", node)
         return t.elem
 
+    def visit_CheckedIndex(self, e: ir.CheckedIndex) -> None:
+        self.same(e.type, self.expr(e.value), "checked index", e)
+        self.require(e.type in INDEX_TYPES, f"checked index has type {e.type}", e)
+        extent = self.expr(e.extent)
+        self.require(extent in INDEX_TYPES, f"extent of a checked index has type {extent}", e)
+
     def visit_Call(self, e: ir.Call) -> None:
         self.require(e.func in self.callable, f"call of `{e.func}`, not defined before", e)
         callee = self.func if e.func == self.func.name else self.program.function(e.func)
