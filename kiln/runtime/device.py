@@ -84,6 +84,21 @@ class Stream:
         flush_c_stdout()
         raise_failed(self.take_pending())
 
+    def wait_event(self, event: Event) -> None:
+        """Have the work queued on this stream from now on wait for `event` (the work
+        queued before its latest `record`), without the host waiting, as CUDA's
+        `cudaStreamWaitEvent`. The event must be of this stream's device (to wait for
+        another device, `event.synchronize()` on the host); a never-recorded one is
+        complete, so nothing waits."""
+        if not isinstance(event, Event):
+            raise TypeError(f"wait_event takes a kiln.Event, got {type(event).__name__}")
+        if event.device is not self.device:
+            raise DeviceMismatchError(
+                f"a stream of {self.device.name} cannot wait for an event of "
+                f"{event.device.name}: synchronize the event on the host instead")
+        if event._recorded:
+            self.device.backend.queue.wait_event(self.handle, event.handle)
+
     def take_pending(self) -> list[StatusWatch]:
         """The run-time checks of the launches since the last synchronisation (removed)."""
         watches = list(self.pending.values())
@@ -123,6 +138,11 @@ class Event:
         flush_c_stdout()
         watches, self._watches = self._watches, []
         raise_failed(watches)
+
+    def query(self) -> bool:
+        """Whether the work before the event is done, without waiting (True for an event
+        never recorded). Failed run-time checks wait for `synchronize()`."""
+        return not self._recorded or self.device.backend.queue.query_event(self.handle)
 
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds from this event (the start) to `end`, both recorded on one device;
