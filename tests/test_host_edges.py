@@ -357,3 +357,16 @@ def test_dropped_streams_of_checked_launches_leave_no_threads(dev: kiln.Device) 
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert threading.active_count() <= before
+
+
+@pytest.mark.parametrize("dev", CHECKED, indirect=True)
+def test_a_device_synchronisation_reports_every_stream_once(dev: kiln.Device) -> None:
+    streams = [kiln.Stream(dev), kiln.Stream(dev)]
+    x = kiln.zeros(4, f32, dev)
+    for stream in streams:
+        write_past_end[kiln.dim(4), stream](x, 4)
+    with pytest.raises(kiln.IndexOutOfBoundsError):
+        finishes(dev.synchronize)
+    finishes(dev.synchronize)  # nothing left over from either stream
+    for stream in streams:
+        finishes(stream.synchronize)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DeviceMismatchError
@@ -64,9 +64,8 @@ class Device:
 
     def synchronize(self) -> None:
         """Wait for all work queued on this device (and raise a failed run-time check)."""
-        self.backend.queue.synchronize_device(self)
-        flush_c_stdout()
-        raise_failed([watch for stream in list(self.streams) for watch in stream.take_pending()])
+        settle(lambda: self.backend.queue.synchronize_device(self),
+               lambda: [watch for stream in list(self.streams) for watch in stream.take_pending()])
 
 
 class Stream:
@@ -80,9 +79,8 @@ class Stream:
 
     def synchronize(self) -> None:
         """Wait for the work queued on this stream (and raise a failed run-time check)."""
-        self.device.backend.queue.synchronize_stream(self.handle)
-        flush_c_stdout()
-        raise_failed(self.take_pending())
+        settle(lambda: self.device.backend.queue.synchronize_stream(self.handle),
+               self.take_pending)
 
     def wait_event(self, event: Event) -> None:
         """Have the work queued on this stream from now on wait for `event` (the work
@@ -134,10 +132,12 @@ class Event:
         launches before it; reading their status waits for the stream's work)."""
         if not self._recorded:
             return
-        self.device.backend.queue.synchronize_event(self.handle)
-        flush_c_stdout()
-        watches, self._watches = self._watches, []
-        raise_failed(watches)
+
+        def watches() -> list[StatusWatch]:
+            taken, self._watches = self._watches, []
+            return taken
+
+        settle(lambda: self.device.backend.queue.synchronize_event(self.handle), watches)
 
     def query(self) -> bool:
         """Whether the work before the event is done, without waiting (True for an event
@@ -247,6 +247,21 @@ def devices_of(entry: BackendEntry) -> list[Device]:
 def default_device() -> Device:
     """The device a stream, an event or an array gets when none is given."""
     return device(None)
+
+
+def settle(wait: Callable[[], None], covered: Callable[[], list[StatusWatch]]) -> None:
+    """Run `wait` (a synchronisation), then read the statuses of the launches it covers and
+    raise the first failure (the wait's own first). Every failure it covers is read, so
+    none is raised again by a later, unrelated synchronisation."""
+    try:
+        wait()
+    except Exception:
+        flush_c_stdout()
+        for watch in covered():
+            watch.failed()  # read (and cleared): the wait's error is the one raised
+        raise
+    flush_c_stdout()
+    raise_failed(covered())
 
 
 def raise_failed(watches: Iterable[StatusWatch]) -> None:

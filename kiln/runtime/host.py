@@ -226,6 +226,18 @@ class HostQueue(Queue):
     def record_event(self, event: HostEvent, stream: HostStream) -> None:
         event.record(stream)
 
+    def synchronize_device(self, device: Device) -> None:
+        """Every stream waited for, then the first failure raised: a failure of one stream
+        never waits behind another's for a later synchronisation."""
+        failures = []
+        for stream in list(device.streams):
+            try:
+                stream.handle.synchronize()
+            except Exception as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
     def synchronize_event(self, event: HostEvent) -> None:
         event.synchronize()
 
