@@ -4,8 +4,10 @@ bad shapes, unrecorded events, and streams that keep working after a failed laun
 
 from __future__ import annotations
 
+import gc
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -288,3 +290,83 @@ def test_a_failed_launch_is_raised_once_by_its_stream(dev: kiln.Device) -> None:
         finishes(x.numpy)
     assert finishes(x.numpy).shape == (4,)
     finishes(dev.synchronize)
+
+
+def test_a_stream_waits_for_an_event_without_the_host(dev: kiln.Device,
+                                                        other: kiln.Device) -> None:
+    first, second = kiln.Stream(dev), kiln.Stream(dev)
+    n = 1 << 16
+    x = kiln.to_device(np.ones(n, np.float32), dev)
+    for _ in range(5):
+        kiln.launch(scale, dim=n, args=(x, 2.0, n), stream=first)
+    ready = kiln.Event(dev).record(first)
+    second.wait_event(ready)
+    kiln.launch(scale, dim=n, args=(x, 0.5, n), stream=second)  # after the five, not among
+    finishes(second.synchronize)
+    assert ready.query()
+    np.testing.assert_array_equal(x.numpy(), np.full(n, 16.0, np.float32))
+    second.wait_event(ready)
+    ready.record(second)  # recorded again after the wait: the wait keeps the earlier one
+    finishes(second.synchronize)
+    second.wait_event(kiln.Event(dev))  # never recorded: complete, nothing waits
+    finishes(second.synchronize)
+    with pytest.raises(kiln.DeviceMismatchError, match=f"cannot wait for an event of "
+                                                       f"{other.name}"):
+        second.wait_event(kiln.Event(other).record())
+    with pytest.raises(TypeError, match="takes a kiln.Event"):
+        second.wait_event(first)  # type: ignore[arg-type]
+
+
+def test_query_says_whether_the_work_is_done(dev: kiln.Device) -> None:
+    assert kiln.Event(dev).query()  # never recorded
+    stream = kiln.Stream(dev)
+    event = kiln.Event(dev).record(stream)
+    finishes(stream.synchronize)
+    assert event.query()
+    assert "recorded" in repr(event)
+
+
+def test_dropped_streams_leave_no_threads(dev: kiln.Device) -> None:
+    gc.collect()
+    before = threading.active_count()
+    x = kiln.zeros(4, f32, dev)
+    for _ in range(50):
+        stream = kiln.Stream(dev)
+        kiln.launch(scale, dim=4, args=(x, 2.0, 4), stream=stream)
+        kiln.Event(dev).record(stream)
+    del stream
+    gc.collect()
+    deadline = time.monotonic() + HANG_S
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() <= before  # each host stream's thread ended
+
+
+@pytest.mark.parametrize("dev", CHECKED, indirect=True)
+def test_dropped_streams_of_checked_launches_leave_no_threads(dev: kiln.Device) -> None:
+    gc.collect()
+    before = threading.active_count()
+    x = kiln.zeros(8, f32, dev)
+    for _ in range(20):
+        stream = kiln.Stream(dev)
+        write_past_end[kiln.dim(4), stream](x, 4)  # a debug kernel: a status per stream
+        stream.synchronize()
+    del stream
+    gc.collect()
+    deadline = time.monotonic() + HANG_S
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() <= before
+
+
+@pytest.mark.parametrize("dev", CHECKED, indirect=True)
+def test_a_device_synchronisation_reports_every_stream_once(dev: kiln.Device) -> None:
+    streams = [kiln.Stream(dev), kiln.Stream(dev)]
+    x = kiln.zeros(4, f32, dev)
+    for stream in streams:
+        write_past_end[kiln.dim(4), stream](x, 4)
+    with pytest.raises(kiln.IndexOutOfBoundsError):
+        finishes(dev.synchronize)
+    finishes(dev.synchronize)  # nothing left over from either stream
+    for stream in streams:
+        finishes(stream.synchronize)

@@ -259,9 +259,10 @@ def test_a_plan_with_inlined_launch_statements_checks_then_runs_them(interp) -> 
 
     seen: list[tuple[Any, ...]] = []
     a = kiln.zeros(4, f32, interp)
-    fastpath.remember(Plans, "key", (a, 3), (f32[:], i32), interp, None, (), (),
+    key = (1, 4, None, None)  # grid, block, device, stream
+    fastpath.remember(Plans, key, (a, 3), (f32[:], i32), interp, None, (), (),
                       convert=False, inline=({"seen": seen}, ["seen.append((a0, a1))"]))
-    plan = Plans.launch_plans["key"]
+    plan = Plans.launch_plans[fastpath.plan_key(*key)]
     assert plan((a, 5)) and seen == [(a, 5)]
     for wrong in ((a, 2**40), (a, 1.5), (kiln.zeros(4, f64, interp), 1),
                   (kiln.zeros((2, 2), f32, interp), 1), (a,)):

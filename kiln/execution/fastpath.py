@@ -12,6 +12,7 @@ the plan declines and the executor's full path runs (and remembers a new plan).
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,11 +32,18 @@ Plan = Callable[[Sequence[Any]], bool]
 _SCALAR_TYPES = (bool, int, float, np.generic)
 
 
+def plan_key(grid: Any, block: Any, device: Any, stream: Any) -> tuple[Any, ...]:
+    """A configuration's key in `kernel.launch_plans`: its stream by id, so that plans never
+    keep a stream (its queue, its worker thread) alive; `remember` drops a stream's plans
+    with it, before its id can be reused."""
+    return (grid, block, device, None if stream is None else id(stream))
+
+
 def try_plan(kernel: Kernel, grid: Any, block: Any, device: Any, stream: Any,
              args: Sequence[Any]) -> bool:
     """Run the launch through a remembered plan; False when none applies."""
     try:
-        plan = kernel.launch_plans.get((grid, block, device, stream))
+        plan = kernel.launch_plans.get(plan_key(grid, block, device, stream))
     except TypeError:  # an unhashable grid or block (a list)
         return False
     return plan is not None and plan(args)
@@ -45,7 +53,8 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
              arg_types: tuple[Type, ...], dev: Device, call: Callable[..., None] | None,
              before: tuple[Any, ...], after: tuple[Any, ...], convert: bool = True,
              inline: tuple[dict[str, Any], list[str]] | None = None) -> None:
-    """Compile and store the plan for a launch that just passed the full checks.
+    """Compile and store the plan for a launch that just passed the full checks; `key` is
+    its (grid, block, device, stream), as the launch was given them.
 
     The plan calls `call(*before, device_args, *after)` (the backend's launch). Scalars are
     converted to their parameters' NumPy types unless `convert` is false (a backend launch
@@ -100,7 +109,11 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
            + f"{''.join(f', A{j}' for j in range(len(after)))})\n    return True\n")
     )
     exec(compile(source, f"<kiln launch plan {kernel.name}>", "exec"), scope)
+    stream = key[3]
+    key = plan_key(*key)
     kernel.launch_plans[key] = scope["plan"]
+    if stream is not None:
+        weakref.finalize(stream, kernel.launch_plans.pop, key, None)
 
 
 class PreparedLaunch:

@@ -25,7 +25,7 @@ from ..runtime.device import devices_of
 from .drivers import frontend
 from .executor import adopt_foreign, bind_launch, launch_device, specialize
 from .executor import launch as execute_launch
-from .fastpath import PreparedLaunch
+from .fastpath import PreparedLaunch, plan_key
 
 if TYPE_CHECKING:
     from ..framework.backend import Backend
@@ -162,7 +162,7 @@ class Launcher:
                 raise exc.with_traceback(None) from None
             with contextlib.suppress(TypeError):  # an unhashable grid or block: no plan
                 self.plan = self.kernel.launch_plans.get(
-                    (self.grid, self.block, None, self.stream))
+                    plan_key(self.grid, self.block, None, self.stream))
 
 
 class SizedLauncher:

@@ -150,6 +150,17 @@ class Queue(ABC):
     @abstractmethod
     def elapsed_ms(self, start: Any, end: Any) -> float: ...
 
+    def query_event(self, event: Any) -> bool:
+        """Whether the work before a recorded event is done, without waiting. A backend
+        that cannot ask waits for the event instead (and so answers True)."""
+        self.synchronize_event(event)
+        return True
+
+    def wait_event(self, stream: Any, event: Any) -> None:
+        """Have the work queued on `stream` from now on wait for a recorded event of the
+        same device. A backend without a device-side wait has the host wait instead."""
+        self.synchronize_event(event)
+
     def synchronize_device(self, device: Device) -> None:
         """Wait for every stream of the device (a backend may do this more directly)."""
         for stream in list(device.streams):

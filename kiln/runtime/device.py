@@ -64,8 +64,8 @@ class Device:
 
     def synchronize(self) -> None:
         """Wait for all work queued on this device (and raise a failed run-time check)."""
-        watches = [watch for stream in list(self.streams) for watch in stream.take_pending()]
-        settle(lambda: self.backend.queue.synchronize_device(self), watches)
+        settle(lambda: self.backend.queue.synchronize_device(self),
+               lambda: [watch for stream in list(self.streams) for watch in stream.take_pending()])
 
 
 class Stream:
@@ -79,8 +79,23 @@ class Stream:
 
     def synchronize(self) -> None:
         """Wait for the work queued on this stream (and raise a failed run-time check)."""
-        watches = self.take_pending()
-        settle(lambda: self.device.backend.queue.synchronize_stream(self.handle), watches)
+        settle(lambda: self.device.backend.queue.synchronize_stream(self.handle),
+               self.take_pending)
+
+    def wait_event(self, event: Event) -> None:
+        """Have the work queued on this stream from now on wait for `event` (the work
+        queued before its latest `record`), without the host waiting, as CUDA's
+        `cudaStreamWaitEvent`. The event must be of this stream's device (to wait for
+        another device, `event.synchronize()` on the host); a never-recorded one is
+        complete, so nothing waits."""
+        if not isinstance(event, Event):
+            raise TypeError(f"wait_event takes a kiln.Event, got {type(event).__name__}")
+        if event.device is not self.device:
+            raise DeviceMismatchError(
+                f"a stream of {self.device.name} cannot wait for an event of "
+                f"{event.device.name}: synchronize the event on the host instead")
+        if event._recorded:
+            self.device.backend.queue.wait_event(self.handle, event.handle)
 
     def take_pending(self) -> list[StatusWatch]:
         """The run-time checks of the launches since the last synchronisation (removed)."""
@@ -117,8 +132,17 @@ class Event:
         launches before it; reading their status waits for the stream's work)."""
         if not self._recorded:
             return
-        watches, self._watches = self._watches, []
+
+        def watches() -> list[StatusWatch]:
+            taken, self._watches = self._watches, []
+            return taken
+
         settle(lambda: self.device.backend.queue.synchronize_event(self.handle), watches)
+
+    def query(self) -> bool:
+        """Whether the work before the event is done, without waiting (True for an event
+        never recorded). Failed run-time checks wait for `synchronize()`."""
+        return not self._recorded or self.device.backend.queue.query_event(self.handle)
 
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds from this event (the start) to `end`, both recorded on one device;
@@ -225,10 +249,11 @@ def default_device() -> Device:
     return device(None)
 
 
-def settle(wait: Callable[[], None], watches: list[StatusWatch]) -> None:
-    """`wait` for queued work, then raise the first failed run-time check of `watches`.
-    Where the wait raises (the interp raises its own bounds errors from its worker), the
-    statuses are still read and cleared, and a failed check wins: it ran first."""
+def settle(wait: Callable[[], None], covered: Callable[[], list[StatusWatch]]) -> None:
+    """Run `wait` (a synchronisation), then read the statuses of the launches it covers and
+    raise the first failed check; where the wait itself raised (the interp raises its own
+    bounds errors from its worker), a failed check wins, since it ran first. Every status
+    it covers is read, so none is raised again by a later, unrelated synchronisation."""
     try:
         wait()
     except Exception as exc:
@@ -236,7 +261,7 @@ def settle(wait: Callable[[], None], watches: list[StatusWatch]) -> None:
     else:
         failure = None
     flush_c_stdout()
-    raise_failed(watches)
+    raise_failed(covered())
     if failure is not None:
         raise failure
 

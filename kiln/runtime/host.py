@@ -27,99 +27,133 @@ class HostStream:
     many host threads the work queued here may use (None: all); kiln only stores it, and a
     backend reads `stream.threads` when it launches (the cpu backend's `team_size`). A
     split device's queue makes its streams with its share (`HostQueue.create_stream` makes
-    them with None)."""
+    them with None). The thread ends once the stream is gone and its work is done."""
 
     def __init__(self, name: str = "kiln-stream", threads: int | None = None) -> None:
         self.threads = threads
-        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._pending = 0
-        self._lock = threading.Condition()
-        self._errors: list[BaseException] = []  # failed tasks not yet raised, oldest first
-        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
-        self._thread.start()
+        self._worker = Worker()
+        threading.Thread(target=self._worker.run, name=name, daemon=True).start()
 
-    def _work(self) -> None:
-        while True:
-            task = self._queue.get()
-            try:
-                if task is not None:
-                    task()
-            except BaseException as exc:  # surfaced at the next synchronize
-                with self._lock:
-                    self._errors.append(exc)
-            finally:
-                with self._lock:
-                    self._pending -= 1
-                    self._lock.notify_all()
+    def __del__(self) -> None:
+        self._worker.tasks.put(None)  # after the work already queued
 
     def enqueue(self, task: Callable[[], None]) -> None:
         """Queue `task`. A failed task never stops the ones after it (as a failed check of
         a compiled kernel does not): its error waits for the next synchronisation."""
-        with self._lock:
-            self._pending += 1
-        self._queue.put(task)
+        self._worker.enqueue(task)
 
     def failures(self) -> list[BaseException]:
         """The errors of the tasks that failed so far and are not raised yet."""
-        with self._lock:
-            return list(self._errors)
+        with self._worker.lock:
+            return list(self._worker.errors)
 
     def raise_failed(self, among: list[BaseException] | None = None) -> None:
         """Raise the first failure not raised yet (of `among`, when given: those before an
         event); it and the ones before it are then reported and never raised again."""
-        with self._lock:
-            found = [e for e in self._errors if among is None or any(e is a for a in among)]
+        errors = self._worker.errors
+        with self._worker.lock:
+            found = [e for e in errors if among is None or any(e is a for a in among)]
             if not found:
                 return
-            last = self._errors.index(found[-1])
-            del self._errors[:last + 1]
+            del errors[:errors.index(found[-1]) + 1]
         raise found[0]
 
     def synchronize(self) -> None:
-        with self._lock:
-            while self._pending:
-                self._lock.wait()
+        self._worker.drain()
         self.raise_failed()
 
 
-class HostEvent:
-    """A stamp a stream's worker sets when it reaches the event. Never recorded, it counts
-    as complete (as a CUDA event does)."""
+class Worker:
+    """A stream's queue and the state its thread shares with it (the thread holds this,
+    never the stream, so a dropped stream is collected and its thread ends)."""
 
     def __init__(self) -> None:
-        self._done = threading.Event()
-        self._done.set()
+        self.tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.pending = 0
+        self.lock = threading.Condition()
+        self.errors: list[BaseException] = []  # failed tasks not yet raised, oldest first
+
+    def run(self) -> None:
+        while (task := self.tasks.get()) is not None:
+            try:
+                task()
+            except BaseException as exc:  # surfaced at the next synchronize
+                with self.lock:
+                    self.errors.append(exc)
+            finally:
+                del task  # a finished task keeps nothing alive (its stream, its arrays)
+                with self.lock:
+                    self.pending -= 1
+                    self.lock.notify_all()
+
+    def enqueue(self, task: Callable[[], None]) -> None:
+        with self.lock:
+            self.pending += 1
+        self.tasks.put(task)
+
+    def drain(self) -> None:
+        """Wait until every queued task has run."""
+        with self.lock:
+            while self.pending:
+                self.lock.wait()
+
+
+class Stamp:
+    """One `record` of a host event: set when the stream's worker reaches it."""
+
+    def __init__(self, stream: HostStream | None = None) -> None:
+        self.stream = stream
+        self.done = threading.Event()
         self.time = 0.0
-        self._stream: HostStream | None = None
-        self._failed: list[BaseException] = []  # the stream's failures before the event
+        self.failed: list[BaseException] = []  # the stream's failures before the stamp
+        if stream is None:
+            self.done.set()  # never recorded: complete, as a CUDA event is
+
+    def wait(self) -> None:
+        self.done.wait()
+
+    def __call__(self) -> None:
+        assert self.stream is not None
+        self.time = time.perf_counter()
+        self.failed = self.stream.failures()
+        self.done.set()
+
+
+class HostEvent:
+    """The stamp of the latest `record` (a new one each time, so work waiting on an
+    earlier record never waits for a later one). Never recorded, it counts as complete."""
+
+    def __init__(self) -> None:
+        self.stamp = Stamp()
 
     def record(self, stream: HostStream) -> None:
-        self._done.clear()
-        self._stream = stream
-
-        def stamp() -> None:
-            self.time = time.perf_counter()
-            self._failed = stream.failures()
-            self._done.set()
-
-        stream.enqueue(stamp)
+        self.stamp = Stamp(stream)
+        stream.enqueue(self.stamp)
 
     def wait(self) -> None:
         """Wait for the stream to reach the event."""
-        self._done.wait()
+        self.stamp.wait()
+
+    def query(self) -> bool:
+        return self.stamp.done.is_set()
 
     def synchronize(self) -> None:
         """Wait for the event and raise the first failure of the work before it."""
-        self.wait()
-        failed, self._failed = self._failed, []
-        if self._stream is not None and failed:
-            self._stream.raise_failed(failed)
+        stamp = self.stamp
+        stamp.wait()
+        failed, stamp.failed = stamp.failed, []
+        if stamp.stream is not None and failed:
+            stamp.stream.raise_failed(failed)
+
+    def waiter(self) -> Callable[[], None]:
+        """A task waiting for the event as it is recorded now (for another stream)."""
+        return self.stamp.wait
 
     @staticmethod
     def elapsed_ms(start: HostEvent, end: HostEvent) -> float:
         start.wait()
         end.wait()
-        return (end.time - start.time) * 1e3
+        return (end.stamp.time - start.stamp.time) * 1e3
 
 
 def host_memory_bytes() -> int:
@@ -168,9 +202,10 @@ class HostAllocator(Allocator):
         event that `src_stream` reaches once the work queued on it before the copy is done."""
         ready = HostEvent()
         ready.record(src_stream)
+        wait = ready.waiter()  # src_stream's failures are its own to raise
 
         def copy() -> None:
-            ready.wait()  # src_stream's failures are its own to raise
+            wait()
             dst[:nbytes] = src[:nbytes]
 
         stream.enqueue(copy)
@@ -191,8 +226,26 @@ class HostQueue(Queue):
     def record_event(self, event: HostEvent, stream: HostStream) -> None:
         event.record(stream)
 
+    def synchronize_device(self, device: Device) -> None:
+        """Every stream waited for, then the first failure raised: a failure of one stream
+        never waits behind another's for a later synchronisation."""
+        failures = []
+        for stream in list(device.streams):
+            try:
+                stream.handle.synchronize()
+            except Exception as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
     def synchronize_event(self, event: HostEvent) -> None:
         event.synchronize()
+
+    def query_event(self, event: HostEvent) -> bool:
+        return event.query()
+
+    def wait_event(self, stream: HostStream, event: HostEvent) -> None:
+        stream.enqueue(event.waiter())
 
     def elapsed_ms(self, start: HostEvent, end: HostEvent) -> float:
         return HostEvent.elapsed_ms(start, end)

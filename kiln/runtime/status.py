@@ -10,6 +10,7 @@ the failed check.
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,18 +30,21 @@ class StatusWatch:
 
     def __init__(self, checks: list[RuntimeCheck], stream: Stream) -> None:
         self.checks = checks
-        self.stream = stream
+        self.stream = weakref.ref(stream)  # a watch, kept per stream, never keeps it alive
+        self.device, self.handle = stream.device, stream.handle
         self.array: DeviceArray = empty(STATUS_WORDS, np.int32, stream.device)
         self.array.copy_from_host(np.zeros(STATUS_WORDS, np.int32), stream)
 
     def arm(self) -> None:
         """Have the stream's next synchronisation check this status (after a launch)."""
-        self.stream.pending[id(self)] = self
+        stream = self.stream()
+        if stream is not None:
+            stream.pending[id(self)] = self
 
     def failed(self) -> tuple[RuntimeCheck, str] | None:
         """The check the status reports, if any, and its message (the status is zeroed
         again). The stream must be synchronised."""
-        backend, handle = self.stream.device.backend, self.stream.handle
+        backend, handle = self.device.backend, self.handle
         words = np.zeros(STATUS_WORDS, np.int32)
         backend.allocator.copy_device_to_host(words, self.array.buffer, handle)
         backend.queue.synchronize_stream(handle)

@@ -251,6 +251,17 @@ class CudaQueue(Queue):
     def synchronize_event(self, event: EventHandle) -> None:
         check(api().cuEventSynchronize(event.event), "cuEventSynchronize")
 
+    def query_event(self, event: EventHandle) -> bool:
+        drv = api()
+        status, = drv.cuEventQuery(event.event)
+        if status == drv.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        check((status,), "cuEventQuery")
+        return True
+
+    def wait_event(self, stream: StreamHandle, event: EventHandle) -> None:
+        check(api().cuStreamWaitEvent(stream.stream, event.event, 0), "cuStreamWaitEvent")
+
     def elapsed_ms(self, start: EventHandle, end: EventHandle) -> float:
         """Waits for both events first: cuEventElapsedTime itself answers NOT_READY while
         either is pending, where kiln's (and Numba's, CuPy's) elapsed_time waits."""

@@ -96,6 +96,12 @@ class OpenCLQueue(Queue):
     def synchronize_event(self, event: runtime.CLEvent) -> None:
         runtime.wait(event)
 
+    def query_event(self, event: runtime.CLEvent) -> bool:
+        return runtime.done(event)
+
+    def wait_event(self, stream: Any, event: runtime.CLEvent) -> None:
+        runtime.wait_on_queue(stream, event)
+
     def elapsed_ms(self, start: runtime.CLEvent, end: runtime.CLEvent) -> float:
         return runtime.elapsed_ms(start, end)
 

@@ -229,6 +229,20 @@ def wait(event: CLEvent) -> None:
         event.marker.wait()
 
 
+def done(event: CLEvent) -> bool:
+    """Whether the marker has completed (a never-recorded event has)."""
+    if event.marker is None:
+        return True
+    status = event.marker.command_execution_status
+    return bool(status == import_pyopencl().command_execution_status.COMPLETE)
+
+
+def wait_on_queue(queue: cl.CommandQueue, event: CLEvent) -> None:
+    """Commands enqueued on `queue` from now on start after the event's marker."""
+    if event.marker is not None:
+        import_pyopencl().enqueue_barrier(queue, wait_for=[event.marker])
+
+
 def elapsed_ms(start: CLEvent, end: CLEvent) -> float:
     """Milliseconds between two markers, from the queue's profiling timestamps."""
     wait(start)
