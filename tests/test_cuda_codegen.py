@@ -171,3 +171,13 @@ def test_tf32_split_gemm_compiles_without_local_memory() -> None:
     ptx = kiln_nvrtc.compile_source(src, kernel.name, PTX_OPTIONS, "ptx").decode()
     assert ptx.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") >= 3 * 16
     assert ".local" not in ptx
+
+
+def test_dim_launch_variant_compiles_to_ptx() -> None:
+    """What `dim=` launches run: the size parameters and the early return, in CUDA."""
+    program = scale.sized(2).program((f32[:], f32, kiln.i32, kiln.i32))
+    src = cuda_source(program)
+    assert "int32_t kiln_size_x" in src and "return;" in src
+    ptx = kiln_nvrtc.compile_source(src, "scale", PTX_OPTIONS, "ptx")
+    assert b".entry" in ptx
+    assert "kiln_size" not in scale.source("cuda")  # explicit launches: the kernel as written

@@ -34,14 +34,16 @@ def _libm(name: str) -> str:
     return f"{LIBM_NAMES.get(name, name)}{{f}}({args})"
 
 
-def _numeric(kind: str, float_spelling: str):
-    """abs/min/max: libm for floats, a helper for integers."""
+def _numeric(kind: str, float_spelling: str | None = None):
+    """abs/min/max: a helper for integers; for floats libm's function, or the helper
+    `f<kind>` without one (min and max order -0.0 below +0.0, which C's fmin need not)."""
 
     def spell(emitter: CEmitter, call: ir.IntrinsicCall, args: list[str]) -> str:
         t = _arg_type(call)
-        if t.is_float:
+        if t.is_float and float_spelling is not None:
             return float_spelling.format(*args, f=emitter.float_suffix(t))
-        return f"{emitter.use_helper(kind, t)}({', '.join(args)})"
+        helper = emitter.use_helper(f"f{kind}" if t.is_float else kind, t)
+        return f"{helper}({', '.join(args)})"
 
     return spell
 
@@ -50,8 +52,8 @@ C_MATH: dict[str, object] = {name: _libm(name) for name in _ARITY}
 C_MATH.update({
     "rsqrt": "1 / sqrt{f}({0})",
     "abs": _numeric("abs", "fabs{f}({0})"),
-    "min": _numeric("min", "fmin{f}({0}, {1})"),
-    "max": _numeric("max", "fmax{f}({0}, {1})"),
+    "min": _numeric("min"),
+    "max": _numeric("max"),
     "isnan": "(isnan({0}) != 0)",  # C only promises nonzero (glibc's isinf(-inf) is -1)
     "isinf": "(isinf({0}) != 0)",
 })

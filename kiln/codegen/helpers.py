@@ -56,6 +56,15 @@ def _minmax(op: str, name: str) -> HelperTemplate:
     return lambda t: text
 
 
+def _float_minmax(op: str, name: str) -> HelperTemplate:
+    """IEEE 754-2019 minimumNumber / maximumNumber: a NaN operand is ignored (as C's
+    `fmin`/`fmax`), and -0.0 is below +0.0 (where C lets `fmin` return either zero)."""
+    sign = "" if name == "min" else "!"
+    keep_a = f"a {op} b || (a == b && {sign}signbit(a)) || b != b"
+    text = f"{{Q}} {{T}} kiln_f{name}_{{t}}({{T}} a, {{T}} b) {{ return {keep_a} ? a : b; }}"
+    return lambda t: text
+
+
 def _abs(t: ScalarType) -> str:
     if not t.is_signed:
         return "{Q} {T} kiln_abs_{t}({T} a) { return a; }"
@@ -91,6 +100,8 @@ C_HELPERS: dict[str, HelperTemplate] = {
     "ipow": _ipow,
     "min": _minmax("<", "min"),
     "max": _minmax(">", "max"),
+    "fmin": _float_minmax("<", "min"),
+    "fmax": _float_minmax(">", "max"),
     "abs": _abs,
     "to_f32": _to_f32,
     "from_f32": _from_f32,

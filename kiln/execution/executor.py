@@ -197,13 +197,18 @@ def specialize(kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> S
     return spec
 
 
-def bind_arguments(kernel: Kernel, args: Sequence[Any]) -> tuple[Type, ...]:
+def check_arity(kernel: Kernel, args: Sequence[Any]) -> None:
     params = kernel.signature
     if len(args) != len(params):
         names = ", ".join(name for name, _ in params)
         raise LaunchError(
             f"{kernel.name} takes {len(params)} argument(s) ({names}), got {len(args)}"
         )
+
+
+def bind_arguments(kernel: Kernel, args: Sequence[Any]) -> tuple[Type, ...]:
+    check_arity(kernel, args)
+    params = kernel.signature
     return tuple(check_argument(kernel.name, name, i, expected, value)
                  for i, ((name, expected), value) in enumerate(zip(params, args)))
 

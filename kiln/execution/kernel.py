@@ -7,23 +7,24 @@ import functools
 import inspect
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from ..errors import KernelError, LaunchError, UnsupportedError
-from ..framework.backend import JITBackend
+from ..framework.backend import Dim3, JITBackend
 from ..framework.registry import registry, target_pipeline
 from ..framework.sizing import Dim, as_shape, grid_and_block
 from ..ir.nodes import Loc
 from ..ir.passes import check_definite_assignment, check_program
+from ..ir.passes.launch_size import SIZE_PARAMS, bound_to_size, needs_explicit_block
 from ..ir.printer import format_program
-from ..ir.types import Type
+from ..ir.types import Type, i32
 from ..lang.frontend import build_program
 from ..lang.functions import Compilable, DeviceFunction
 from ..options import KernelOptions
 from ..runtime.device import device as resolve_device
 from ..runtime.device import devices_of
 from .drivers import frontend
-from .executor import adopt_foreign, bind_launch, launch_device, specialize
+from .executor import adopt_foreign, bind_launch, check_arity, launch_device, specialize
 from .executor import launch as execute_launch
 from .fastpath import PreparedLaunch, plan_key
 
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from .executor import Specialization
 
 F = TypeVar("F", bound=Callable[..., Any])
+Sizing: TypeAlias = "tuple[SizedKernel, Dim3, Dim3, tuple[int, ...]] | None"
+"""A `dim=` launch worked out: the variant, grid, block and size arguments (None: no thread)."""
 MAX_LAUNCHERS = 64
 """Launchers kept per kernel (one per grid/block/stream configuration)."""
 
@@ -63,6 +66,36 @@ class Kernel(Compilable):
         self.frontend_runs = 0
         """How many signatures the frontend built for this kernel object (a kernel-cache
         hit runs none)."""
+        self._sized: dict[int, SizedKernel] = {}
+        self._sizings: dict[Any, Sizing] = {}
+
+    def sized(self, rank: int = 1) -> SizedKernel:
+        """The variant that `dim=` launches of `rank` axes run (`kiln.ir.passes.launch_size`)."""
+        found = self._sized.get(rank)
+        if found is None:
+            found = self._sized[rank] = SizedKernel(self, rank)
+        return found
+
+    def sizing(self, dim: Any, device: Device) -> Sizing:
+        """The grid, block and size arguments of a `dim=` launch on `device` (kept per
+        size and device: a repeated launch by size pays one lookup)."""
+        try:
+            found = self._sizings.get((dim, device))
+        except TypeError:  # an unhashable size (a list): worked out each time
+            return self._new_sizing(dim, device)
+        if found is None:
+            found = self._new_sizing(dim, device)
+            if len(self._sizings) >= MAX_LAUNCHERS:
+                self._sizings.clear()
+            self._sizings[(dim, device)] = found
+        return found
+
+    def _new_sizing(self, dim: Any, device: Device) -> Sizing:
+        shape = as_shape(dim)
+        if 0 in shape:
+            return None  # no elements, no threads (as Warp's wp.launch with dim=0)
+        grid, block = grid_and_block(shape, device)
+        return self.sized(len(shape)), grid, block, shape
 
     def __repr__(self) -> str:
         return f"<kiln.kernel {self.name}>"
@@ -144,6 +177,29 @@ class Kernel(Compilable):
         return specialize(self, self._types(types), resolve_device(device))
 
 
+class SizedKernel(Kernel):
+    """`kernel` bound to a launch's size of `rank` axes: the user's parameters, then the size
+    along each axis (`i32`), and a return for the threads past it. Its specialisations,
+    fast-path plans and kernel-cache entries are its own, apart from the explicit launches'."""
+
+    def __init__(self, kernel: Kernel, rank: int) -> None:
+        super().__init__(kernel.pyfunc, kernel.options)
+        self.kernel, self.rank = kernel, rank
+        self._signature = [*kernel.signature, *((name, i32) for name in SIZE_PARAMS[:rank])]
+
+    def program(self, arg_types: tuple[Type, ...], checked: bool = False) -> Program:
+        program = self._programs.get((arg_types, checked))
+        if program is None:
+            user = self.kernel.program(arg_types[:-self.rank], checked)
+            reason = needs_explicit_block(user)
+            if reason is not None:
+                raise LaunchError(f"{self.name} {reason}: launch it with the explicit "
+                                  f"{self.name}[grid, block](...) it was written for, not by "
+                                  "size (dim= runs exactly dim threads, in blocks kiln picks)")
+            program = self._programs[arg_types, checked] = bound_to_size(user, self.rank)
+        return program
+
+
 class Launcher:
     """`kernel[grid, block]` or `kernel[grid, block, stream]`, ready to be called."""
 
@@ -196,12 +252,13 @@ def launch(kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[A
     if grid is not None or block is not None:
         raise LaunchError(f"launching {kernel.name}: give dim= or grid= and block=, not both "
                           "(dim chooses the grid and the block)")
-    shape = as_shape(dim)
-    if 0 in shape:
-        return  # no elements, no threads (as Warp's wp.launch with dim=0)
     dev = launch_device(kernel.name, args, device, stream)
-    grid3, block3 = grid_and_block(shape, dev)
-    execute_launch(kernel, grid3, block3, args, dev if device is not None else None, stream)
+    sizing = kernel.sizing(dim, dev)
+    check_arity(kernel, args)
+    if sizing is not None:
+        sized, grid3, block3, shape = sizing
+        execute_launch(sized, grid3, block3, (*args, *shape), dev if device is not None else None,
+                       stream)
 
 
 def caller_loc() -> Loc | None:

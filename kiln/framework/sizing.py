@@ -1,8 +1,8 @@
 """Launch by problem size (`kiln.launch(k, dim=n)`, `k[kiln.dim(n)](...)`): one thread per
 element, the block chosen for the device, as Warp's `wp.launch(k, dim=n)` does.
 
-Axis k of `dim` is `kiln.global_id(k)`. The grid is rounded up to whole blocks, so a
-kernel still guards `if i < n:` (threads past the end exist, as with an explicit grid).
+Axis k of `dim` is `kiln.global_id(k)`. The grid is rounded up to whole blocks; the threads
+past `dim` return at once (`kiln.ir.passes.launch_size`), so exactly `dim` threads run.
 """
 
 from __future__ import annotations

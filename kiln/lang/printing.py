@@ -4,7 +4,7 @@ Each argument is a string constant or a scalar; the frontend evaluates the scala
 temporaries and emits one `printf` per line for C, CUDA and OpenCL (so a thread's line is
 never cut by another thread's), and for the interpreter a callable that writes each active
 thread's line to `sys.stdout`. Every backend formats alike: integers in decimal, floats as
-printf's `%g` (6 significant digits), bools as `True`/`False`.
+printf's `%g` (6 significant digits; every NaN as `nan`), bools as `True`/`False`.
 """
 
 from __future__ import annotations
@@ -86,7 +86,10 @@ def _kind(t: Type, loc: ir.Loc | None) -> tuple[str, ScalarType]:
     return ("uint", u32) if t.kind == "u" else ("int", i32)
 
 
-_C_FORMATS = {"int": ("%d", "{v}"), "uint": ("%u", "{v}"), "float": ("%g", "{v}")}
+_C_FORMATS = {"int": ("%d", "{v}"), "uint": ("%u", "{v}"),
+              "float": ("%g", "({v} != {v} ? fabs({v}) : {v})")}
+"""printf formats and arguments. A NaN prints as `nan` whatever its sign bit (glibc's printf
+writes `-nan` for a negative one, Python and the GPU drivers `nan`): its sign is cleared."""
 _C_LONG = {"long": ("%lld", "(long long){v}"), "ulong": ("%llu", "(unsigned long long){v}")}
 _OPENCL_LONG = {"long": ("%ld", "{v}"), "ulong": ("%lu", "{v}")}
 MAX_BOOLS = 4

@@ -84,13 +84,34 @@ def _erf(x: Value) -> Value:
     return _erf_f64(x)
 
 
+def _minimum(a: Value, b: Value) -> Value:
+    """IEEE 754-2019 minimumNumber, as every backend: a NaN operand is ignored (`np.fmin`)
+    and -0.0 is below +0.0 (`np.fmin` may return either zero)."""
+    result = np.fmin(a, b)
+    if not _is_float(result):
+        return result
+    return np.where(a == b, np.where(np.signbit(a), a, b), result)
+
+
+def _maximum(a: Value, b: Value) -> Value:
+    """IEEE 754-2019 maximumNumber: a NaN operand is ignored, +0.0 is above -0.0."""
+    result = np.fmax(a, b)
+    if not _is_float(result):
+        return result
+    return np.where(a == b, np.where(np.signbit(a), b, a), result)
+
+
+def _is_float(value: Value) -> bool:
+    return isinstance(value, (np.ndarray, np.floating)) and value.dtype.kind == "f"
+
+
 MATH = {
     "sqrt": np.sqrt, "rsqrt": _rsqrt, "exp": np.exp, "exp2": np.exp2, "log": np.log,
     "log2": np.log2, "log10": np.log10, "sin": np.sin, "cos": np.cos, "tan": np.tan,
     "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "atan2": np.arctan2,
     "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "pow": np.power, "abs": np.abs,
     "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "round": np.rint,
-    "min": np.fmin, "max": np.fmax, "fma": _fma, "erf": _erf, "isnan": np.isnan,
+    "min": _minimum, "max": _maximum, "fma": _fma, "erf": _erf, "isnan": np.isnan,
     "isinf": np.isinf, "copysign": np.copysign,
 }
 

@@ -141,6 +141,38 @@ def math_f64(device):
     _check_math(device, np.float64, rtol=1e-13, atol=1e-15)
 
 
+@signatures((f32[:], f32[:], f32[:, :]), (f64[:], f64[:], f64[:, :]))
+@kiln.kernel
+def min_max_pairs(a, b, out):
+    i = kiln.global_id(0)
+    out[0, i] = min(a[i], b[i])
+    out[1, i] = max(a[i], b[i])
+    out[2, i] = np.minimum(a[i], b[i])
+    out[3, i] = kiln.max(a[i], b[i], b[i])
+
+
+def _check_min_max(device: kiln.Device, dtype: type[np.floating]) -> None:
+    special = np.array([-0.0, 0.0, np.nan, 1.0, -1.0, np.inf, -np.inf], dtype)
+    a, b = (v.ravel() for v in np.meshgrid(special, special))
+    out = np.zeros((4, a.size), dtype)
+    run(device, min_max_pairs, 1, a.size, a, b, out)
+    both_zero = (a == 0) & (b == 0)
+    lo = np.where(both_zero, np.where(np.signbit(a), a, b), np.fmin(a, b))
+    hi = np.where(both_zero, np.where(np.signbit(a), b, a), np.fmax(a, b))
+    for row, expected, what in ((0, lo, "min"), (1, hi, "max"), (2, lo, "np.minimum"),
+                                (3, hi, "kiln.max of 3")):
+        assert_equal(out[row], expected, f"{what} on {np.dtype(dtype).name}")
+        assert_equal(np.signbit(out[row]), np.signbit(expected), f"{what}'s sign of zero")
+
+
+@case()
+def min_max_signed_zeros_and_nan(device):
+    """min/max are IEEE 754-2019 minimumNumber/maximumNumber: -0.0 < +0.0, NaN ignored."""
+    _check_min_max(device, np.float32)
+    if device.capabilities.fp64:
+        _check_min_max(device, np.float64)
+
+
 # ---------------------------------------------------------------- integer operators
 
 

@@ -84,10 +84,13 @@ def print_values(a: f32[:], n: i32):
 def print_in_kernels(device):
     """print(...) in a kernel: one whole line per thread on the process's stdout by the
     next synchronisation, formatted alike on every backend."""
-    values = np.array([0.5, 1.25, -3.0, 1e10, 7.0], np.float32)
+    values = np.array([0.5, 1.25, -3.0, 1e10, 7.0, -0.0, np.inf, -np.inf, np.nan, 0.0],
+                      np.float32)
+    values[-1] = np.copysign(np.float32(np.nan), -1)  # a negative NaN prints `nan` too
     with captured_stdout() as lines:
-        run(device, print_values, 2, 4, values, len(values))
-    expected = {f'item {i} of 5 : 100% {{i}} "q" {float(v):g} {bool(v > 1.0)} {i - 3};'
+        run(device, print_values, 3, 4, values, len(values))
+    n = len(values)
+    expected = {f'item {i} of {n} : 100% {{i}} "q" {float(v):g} {bool(v > 1.0)} {i - 3};'
                 for i, v in enumerate(values)}
     printed = [line for line in lines if line.startswith("item ")]
     if sorted(printed) != sorted(expected):
