@@ -84,7 +84,7 @@ def run_program(exe: Path, *args: str) -> str:
 def examples_library(request, tmp_path_factory) -> tuple[str, Path]:
     target = request.param
     out = tmp_path_factory.mktemp(f"lib-{target}") / "ex"
-    build(EXAMPLES, out, "--target", target)
+    build(EXAMPLES, out, "--target", target, "--block", "matmul_tiled=16x16")
     return target, out
 
 
@@ -144,6 +144,8 @@ def test_manifest_describes_every_entry_point(examples_library) -> None:
     assert list(entries) == ["vector_add", "block_sum", "matmul_naive", "matmul_tiled",
                              "matmul_tiled_square", "mandelbrot", "spmv_csr", "julia",
                              "softmax_rows", "smooth_shard"]
+    assert entries["matmul_tiled"]["block_shapes"] == [[16, 16, 1]]
+    assert entries["matmul_naive"]["block_shapes"] is None
     add = entries["vector_add"]
     assert add["c_name"] == "ex_vector_add"
     assert add["specialisation"] == ["f32[:]", "f32[:]", "f32[:]", "i32"]
