@@ -214,6 +214,7 @@ static int kiln_cl_build({lib}_context *c, int k, int correct_division) {{
     if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "context_create: ctx is NULL");
     *ctx = NULL;
     cl_device_id devices[KILN_MAX_DEVICES];
+    kiln_message[0] = 0;  /* set again only when OpenCL is missing */
     int count = kiln_cl_devices(devices);
     if (count == 0 && kiln_message[0]) return {LIB}_ERROR_UNAVAILABLE;
     if (device < 0 || device >= count)
