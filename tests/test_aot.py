@@ -786,3 +786,20 @@ def test_an_opencl_library_takes_the_loader_kiln_opencl_loader_names(tmp_path,
     assert result.returncode == 1
     assert (f"chk_context_create failed (2): KILN_OPENCL_LOADER={tmp_path}/no-such-loader.so "
             "cannot be loaded") in result.stderr
+
+
+def test_a_library_of_another_manifest_format_is_refused(checked_library, tmp_path) -> None:
+    """A library built by a kiln with another C interface (format 1: copy_to_host without
+    the host buffer's size) is refused by name, not called with the wrong arguments."""
+    _, lib_dir = checked_library
+    old = tmp_path / "old"
+    shutil.copytree(lib_dir, old)
+    manifest = json.loads((old / "chk.json").read_text())
+    assert manifest["format"] == 2
+    (old / "chk.json").write_text(json.dumps({**manifest, "format": 1}))
+    with pytest.raises(ValueError, match="has manifest format 1; this kiln loads format 2: "
+                       "rebuild the library"):
+        kiln.load_library(old)
+    (old / "chk.json").write_text("{not json")
+    with pytest.raises(ValueError, match="is not the manifest of a kiln library"):
+        kiln.load_library(old)
