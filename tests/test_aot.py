@@ -272,25 +272,30 @@ def test_errors_exit_2_and_leave_nothing(args, message, tmp_path, capsys) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py"]  # no DIR, no scratch
 
 
-@pytest.mark.parametrize("where", ["file", "under-a-file", "missing-module"])
+@pytest.mark.parametrize("where", ["file", "under-a-file", "folder-in-the-way",
+                                   "missing-module"])
 def test_bad_output_or_module_exit_2_with_one_message(where, tmp_path, capsys) -> None:
-    """`-o` naming a file or a folder under one, or a module that is not there: one
-    message, exit status 2, and the file left as it was."""
+    """`-o` naming a file or a folder under one, a folder where the header goes, or a
+    module that is not there: one message, exit status 2, and what was there left as it
+    was."""
     module = tmp_path / "bad.py"
     module.write_text(BAD_KERNELS)
     (tmp_path / "taken").write_text("mine")
+    (tmp_path / "clash" / "bad.h").mkdir(parents=True)
     out = {"file": tmp_path / "taken", "under-a-file": tmp_path / "taken" / "lib",
-           "missing-module": tmp_path / "out"}[where]
+           "folder-in-the-way": tmp_path / "clash", "missing-module": tmp_path / "out"}[where]
     source = tmp_path / "absent.py" if where == "missing-module" else module
     assert main(["build", str(source), "-o", str(out), "--target", "cpu", "--kernel",
                  "generic:f32[:],i32"]) == 2
     err = capsys.readouterr().err
     expected = {"file": f"-o {out}: {out} is a file, not a folder",
                 "under-a-file": f"-o {out}: {tmp_path / 'taken'} is a file, not a folder",
+                "folder-in-the-way": f"-o {out}: moving the files into place failed",
                 "missing-module": f"{source}: no such file"}[where]
     assert expected in err.replace("\n", "") and "Traceback" not in err
     assert (tmp_path / "taken").read_text() == "mine"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py", "taken"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py", "clash", "taken"]
+    assert [p.name for p in (tmp_path / "clash").iterdir()] == ["bad.h"]
 
 
 def test_an_unwritable_output_folder_exits_2(tmp_path) -> None:
