@@ -539,6 +539,10 @@ API_CHECKS = {
     "launch_tall_grid": (1, "fill: grid (1, 2147483648, 1)"),
     "launch_block_over_device": (1, "fill: block (1048576, 1, 1) has more than the device's"),
     "launch_block_y_over": (1, "fill: block (1, 70000, 1) has more than the device's"),
+    "launch_grid_y_over_limit": (1, "fill: grid dimension y is 70000, over the device's "
+                                 "limit of 65535"),
+    "launch_block_z_over_limit": (1, "fill: block dimension z is 128, over the device's limit "
+                                  "of 64"),
     "launch_negative_extent": (1, "fill: argument 'x': extent 0 is -1, not >= 0"),
     "launch_extent_over_memory": (1, "fill: argument 'x' has 1000 elements of 4 bytes; its "
                                   "memory has 40 bytes from there"),
@@ -555,6 +559,10 @@ API_CHECKS = {
 }
 """What tests/aot/api_checks_client.c's calls must return: the status (-1: a NULL pointer
 with a message) and part of the message."""
+TARGET_API_CHECKS = {"opencl": {"launch_grid_y_over_limit": (0, ""),
+                                "launch_block_z_over_limit": (0, "")}}
+"""Where a target's limits differ (OpenCL grids: 2^31-1 along every axis; PoCL blocks:
+4096 threads along every axis), as kiln.launch's do."""
 
 
 def sanitizer_flags() -> list[str]:
@@ -565,15 +573,16 @@ def sanitizer_flags() -> list[str]:
         else []
 
 
-def check_api_output(stdout: str) -> None:
+def check_api_output(stdout: str, target: str) -> None:
     lines = stdout.splitlines()
     assert lines[-1] == "ok", stdout
     got = {}
     for line in lines[:-1]:
         label, status, message = (line.split(" ", 2) + [""])[:3]
         got[label] = (int(status), message)
-    assert set(got) == set(API_CHECKS)
-    for label, (status, part) in API_CHECKS.items():
+    expected = {**API_CHECKS, **TARGET_API_CHECKS.get(target, {})}
+    assert set(got) == set(expected)
+    for label, (status, part) in expected.items():
         assert got[label][0] == status and part in got[label][1], (label, got[label])
 
 
@@ -592,7 +601,7 @@ def test_c_api_refuses_bad_calls_without_crashing(target, tmp_path) -> None:
     env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0:protect_shadow_gap=0"}
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    check_api_output(result.stdout)
+    check_api_output(result.stdout, target)
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
@@ -608,7 +617,7 @@ def test_c_api_checks_run_clean_under_valgrind(tmp_path) -> None:
                             capture_output=True, text=True, timeout=600,
                             env={**os.environ, "OMP_NUM_THREADS": "2"})
     assert result.returncode == 0, result.stdout + result.stderr
-    check_api_output(result.stdout)
+    check_api_output(result.stdout, "cpu")
 
 
 @pytest.fixture(scope="module", params=target_params())
@@ -621,10 +630,15 @@ def checked_library(request, tmp_path_factory) -> tuple[str, Path]:
 
 def test_load_library_refuses_launches_kiln_launch_refuses(checked_library) -> None:
     """grid x block over 2^31-1 along an axis is refused (as kiln.launch refuses it), not
-    run with wrapped thread indices; the context works afterwards."""
-    _, lib_dir = checked_library
+    run with wrapped thread indices, and so is a grid over the device's limits; the context
+    works afterwards."""
+    target, lib_dir = checked_library
     lib = kiln.load_library(lib_dir)
     x = lib.empty(1000, np.float32)
+    if target != "opencl":  # OpenCL grids take 2^31-1 along every axis
+        with pytest.raises(kiln.LaunchError, match="fill: grid dimension y is 70000, over the "
+                           "device's limit of 65535"):
+            lib.fill((1, 70000), 64, x, 1.0)
     with pytest.raises(kiln.LaunchError, match=r"fill: 67108864 blocks of 64 threads along x "
                        r"is over 2\^31-1 threads per axis"):
         lib.fill(2**26, 64, x, 1.0)
@@ -786,7 +800,7 @@ def test_an_opencl_library_takes_the_loader_kiln_opencl_loader_names(tmp_path,
     env = {**os.environ, "KILN_OPENCL_LOADER": bundled}
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    check_api_output(result.stdout)
+    check_api_output(result.stdout, "opencl")
     env["KILN_OPENCL_LOADER"] = str(tmp_path / "no-such-loader.so")
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 1
