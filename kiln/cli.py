@@ -78,14 +78,15 @@ _CONSTEXPR_PATTERN = re.compile(r"^constexpr\((.+)\)$")
 _PYTHON_NAMES: dict[str, ScalarType] = {"int": i32, "float": f32, "bool": bool_}
 
 
-def constexpr_value(text: str, what: str) -> Type:
+def constexpr_value(text: str, what: str, example: str = "16") -> Type:
     """`kiln.constexpr(VALUE)` for a literal that can name a specialisation (hashable)."""
     try:
         value = ast.literal_eval(text.strip())
         hash(value)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         raise UsageError(f"{what}: a constexpr value is a Python literal that can be a dict "
-                         f"key (a number, bool, string or tuple), e.g. 16, not '{text}'") from None
+                         f"key (a number, bool, string or tuple), e.g. {example}, not "
+                         f"'{text}'") from None
     return kiln.constexpr(value)
 
 
@@ -93,7 +94,7 @@ def parse_type(text: str) -> Type:
     """`f32`, `int`, `float64`, `f32[:]`, `i32[:, :]`, `constexpr(16)` -> a kiln type."""
     constexpr = _CONSTEXPR_PATTERN.match(text.strip())
     if constexpr:
-        return constexpr_value(constexpr.group(1), f"'{text}'")
+        return constexpr_value(constexpr.group(1), f"'{text}'", "constexpr(16)")
     match = _TYPE_PATTERN.match(text.strip())
     name = match.group(1) if match else ""
     scalar = _PYTHON_NAMES.get(name) or SCALAR_BY_NAME.get(name) or getattr(kiln, name, None)

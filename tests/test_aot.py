@@ -84,7 +84,7 @@ def run_program(exe: Path, *args: str) -> str:
 def examples_library(request, tmp_path_factory) -> tuple[str, Path]:
     target = request.param
     out = tmp_path_factory.mktemp(f"lib-{target}") / "ex"
-    build(EXAMPLES, out, "--target", target)
+    build(EXAMPLES, out, "--target", target, "--block", "matmul_tiled=16x16")
     return target, out
 
 
@@ -144,6 +144,8 @@ def test_manifest_describes_every_entry_point(examples_library) -> None:
     assert list(entries) == ["vector_add", "block_sum", "matmul_naive", "matmul_tiled",
                              "matmul_tiled_square", "mandelbrot", "spmv_csr", "julia",
                              "softmax_rows", "smooth_shard"]
+    assert entries["matmul_tiled"]["block_shapes"] == [[16, 16, 1]]
+    assert entries["matmul_naive"]["block_shapes"] is None
     add = entries["vector_add"]
     assert add["c_name"] == "ex_vector_add"
     assert add["specialisation"] == ["f32[:]", "f32[:]", "f32[:]", "i32"]
@@ -270,25 +272,30 @@ def test_errors_exit_2_and_leave_nothing(args, message, tmp_path, capsys) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py"]  # no DIR, no scratch
 
 
-@pytest.mark.parametrize("where", ["file", "under-a-file", "missing-module"])
+@pytest.mark.parametrize("where", ["file", "under-a-file", "folder-in-the-way",
+                                   "missing-module"])
 def test_bad_output_or_module_exit_2_with_one_message(where, tmp_path, capsys) -> None:
-    """`-o` naming a file or a folder under one, or a module that is not there: one
-    message, exit status 2, and the file left as it was."""
+    """`-o` naming a file or a folder under one, a folder where the header goes, or a
+    module that is not there: one message, exit status 2, and what was there left as it
+    was."""
     module = tmp_path / "bad.py"
     module.write_text(BAD_KERNELS)
     (tmp_path / "taken").write_text("mine")
+    (tmp_path / "clash" / "bad.h").mkdir(parents=True)
     out = {"file": tmp_path / "taken", "under-a-file": tmp_path / "taken" / "lib",
-           "missing-module": tmp_path / "out"}[where]
+           "folder-in-the-way": tmp_path / "clash", "missing-module": tmp_path / "out"}[where]
     source = tmp_path / "absent.py" if where == "missing-module" else module
     assert main(["build", str(source), "-o", str(out), "--target", "cpu", "--kernel",
                  "generic:f32[:],i32"]) == 2
     err = capsys.readouterr().err
     expected = {"file": f"-o {out}: {out} is a file, not a folder",
                 "under-a-file": f"-o {out}: {tmp_path / 'taken'} is a file, not a folder",
+                "folder-in-the-way": f"-o {out}: moving the files into place failed",
                 "missing-module": f"{source}: no such file"}[where]
     assert expected in err.replace("\n", "") and "Traceback" not in err
     assert (tmp_path / "taken").read_text() == "mine"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py", "taken"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py", "clash", "taken"]
+    assert [p.name for p in (tmp_path / "clash").iterdir()] == ["bad.h"]
 
 
 def test_an_unwritable_output_folder_exits_2(tmp_path) -> None:
@@ -532,6 +539,10 @@ API_CHECKS = {
     "launch_tall_grid": (1, "fill: grid (1, 2147483648, 1)"),
     "launch_block_over_device": (1, "fill: block (1048576, 1, 1) has more than the device's"),
     "launch_block_y_over": (1, "fill: block (1, 70000, 1) has more than the device's"),
+    "launch_grid_y_over_limit": (1, "fill: grid dimension y is 70000, over the device's "
+                                 "limit of 65535"),
+    "launch_block_z_over_limit": (1, "fill: block dimension z is 128, over the device's limit "
+                                  "of 64"),
     "launch_negative_extent": (1, "fill: argument 'x': extent 0 is -1, not >= 0"),
     "launch_extent_over_memory": (1, "fill: argument 'x' has 1000 elements of 4 bytes; its "
                                   "memory has 40 bytes from there"),
@@ -548,6 +559,10 @@ API_CHECKS = {
 }
 """What tests/aot/api_checks_client.c's calls must return: the status (-1: a NULL pointer
 with a message) and part of the message."""
+TARGET_API_CHECKS = {"opencl": {"launch_grid_y_over_limit": (0, ""),
+                                "launch_block_z_over_limit": (0, "")}}
+"""Where a target's limits differ (OpenCL grids: 2^31-1 along every axis; PoCL blocks:
+4096 threads along every axis), as kiln.launch's do."""
 
 
 def sanitizer_flags() -> list[str]:
@@ -558,15 +573,16 @@ def sanitizer_flags() -> list[str]:
         else []
 
 
-def check_api_output(stdout: str) -> None:
+def check_api_output(stdout: str, target: str) -> None:
     lines = stdout.splitlines()
     assert lines[-1] == "ok", stdout
     got = {}
     for line in lines[:-1]:
         label, status, message = (line.split(" ", 2) + [""])[:3]
         got[label] = (int(status), message)
-    assert set(got) == set(API_CHECKS)
-    for label, (status, part) in API_CHECKS.items():
+    expected = {**API_CHECKS, **TARGET_API_CHECKS.get(target, {})}
+    assert set(got) == set(expected)
+    for label, (status, part) in expected.items():
         assert got[label][0] == status and part in got[label][1], (label, got[label])
 
 
@@ -581,10 +597,11 @@ def test_c_api_refuses_bad_calls_without_crashing(target, tmp_path) -> None:
     build(CHECKED, lib, "--target", target, "--block", "staged=64", name="chk")
     exe = tmp_path / "client"
     compile_program(HERE / "api_checks_client.c", lib, "chk", exe, *sanitizer_flags())
-    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}  # drivers keep what they load
+    # drivers keep what they load (leaks), and CUDA maps memory where ASan's gap would be
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0:protect_shadow_gap=0"}
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    check_api_output(result.stdout)
+    check_api_output(result.stdout, target)
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
@@ -600,7 +617,7 @@ def test_c_api_checks_run_clean_under_valgrind(tmp_path) -> None:
                             capture_output=True, text=True, timeout=600,
                             env={**os.environ, "OMP_NUM_THREADS": "2"})
     assert result.returncode == 0, result.stdout + result.stderr
-    check_api_output(result.stdout)
+    check_api_output(result.stdout, "cpu")
 
 
 @pytest.fixture(scope="module", params=target_params())
@@ -613,10 +630,15 @@ def checked_library(request, tmp_path_factory) -> tuple[str, Path]:
 
 def test_load_library_refuses_launches_kiln_launch_refuses(checked_library) -> None:
     """grid x block over 2^31-1 along an axis is refused (as kiln.launch refuses it), not
-    run with wrapped thread indices; the context works afterwards."""
-    _, lib_dir = checked_library
+    run with wrapped thread indices, and so is a grid over the device's limits; the context
+    works afterwards."""
+    target, lib_dir = checked_library
     lib = kiln.load_library(lib_dir)
     x = lib.empty(1000, np.float32)
+    if target != "opencl":  # OpenCL grids take 2^31-1 along every axis
+        with pytest.raises(kiln.LaunchError, match="fill: grid dimension y is 70000, over the "
+                           "device's limit of 65535"):
+            lib.fill((1, 70000), 64, x, 1.0)
     with pytest.raises(kiln.LaunchError, match=r"fill: 67108864 blocks of 64 threads along x "
                        r"is over 2\^31-1 threads per axis"):
         lib.fill(2**26, 64, x, 1.0)
@@ -778,9 +800,26 @@ def test_an_opencl_library_takes_the_loader_kiln_opencl_loader_names(tmp_path,
     env = {**os.environ, "KILN_OPENCL_LOADER": bundled}
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    check_api_output(result.stdout)
+    check_api_output(result.stdout, "opencl")
     env["KILN_OPENCL_LOADER"] = str(tmp_path / "no-such-loader.so")
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 1
     assert (f"chk_context_create failed (2): KILN_OPENCL_LOADER={tmp_path}/no-such-loader.so "
             "cannot be loaded") in result.stderr
+
+
+def test_a_library_of_another_manifest_format_is_refused(checked_library, tmp_path) -> None:
+    """A library built by a kiln with another C interface (format 1: copy_to_host without
+    the host buffer's size) is refused by name, not called with the wrong arguments."""
+    _, lib_dir = checked_library
+    old = tmp_path / "old"
+    shutil.copytree(lib_dir, old)
+    manifest = json.loads((old / "chk.json").read_text())
+    assert manifest["format"] == 2
+    (old / "chk.json").write_text(json.dumps({**manifest, "format": 1}))
+    with pytest.raises(ValueError, match="has manifest format 1; this kiln loads format 2: "
+                       "rebuild the library"):
+        kiln.load_library(old)
+    (old / "chk.json").write_text("{not json")
+    with pytest.raises(ValueError, match="is not the manifest of a kiln library"):
+        kiln.load_library(old)

@@ -99,9 +99,10 @@ def build(kernels: Sequence[tuple[Kernel, Sequence[Type]]], *, target: str, out:
     try:
         action.run(ActionRequest(name, target, specialised, scratch, tuple(architectures),
                                  dict(settings or {})))
-        return _move_into(scratch, out)
-    except OSError as exc:
-        raise ActionError(f"-o {out}: writing the files failed: {exc}") from None
+        try:
+            return _move_into(scratch, out)
+        except OSError as exc:  # e.g. a folder where a file of the result goes
+            raise ActionError(f"-o {out}: moving the files into place failed: {exc}") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..codegen.library import MANIFEST_FORMAT
 from ..errors import IndexOutOfBoundsError, LaunchError
 from ..ir.types import SCALAR_BY_NAME, ScalarType, fits
 
@@ -293,7 +294,14 @@ def load_library(folder: str | Path, device: int = 0, name: str | None = None) -
         found = ", ".join(m.name for m in manifests) or "none"
         raise FileNotFoundError(f"{path}: expected one kiln manifest NAME.json (found: {found}); "
                                 "pass name= to choose")
-    manifest = json.loads(manifests[0].read_text())
-    if manifest.get("action") != "library":
+    try:
+        manifest = json.loads(manifests[0].read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{manifests[0]} is not the manifest of a kiln library: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("action") != "library":
         raise ValueError(f"{manifests[0]} is not the manifest of a kiln library")
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise ValueError(f"{manifests[0]} has manifest format {manifest.get('format')!r}; this "
+                         f"kiln loads format {MANIFEST_FORMAT}: rebuild the library with it "
+                         "(kiln build)")
     return Library(path, manifest, device)

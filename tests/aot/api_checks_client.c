@@ -89,6 +89,9 @@ int main(void) {
     report("launch_tall_grid", chk_fill(ctx, tall, block, x, N, 2.0f));
     report("launch_block_over_device", chk_fill(ctx, grid, too_big, x, N, 2.0f));
     report("launch_block_y_over", chk_fill(ctx, grid, y_huge, x, N, 2.0f));
+    chk_dim3 grid_y = {1, 70000, 1}, deep = {1, 1, 128};  /* over cpu's and CUDA's limits */
+    report("launch_grid_y_over_limit", chk_fill(ctx, grid_y, block, x, N, 2.0f));
+    report("launch_block_z_over_limit", chk_fill(ctx, grid, deep, x, N, 2.0f));
     report("launch_negative_extent", chk_fill(ctx, grid, block, x, -1, 2.0f));
     report("launch_extent_over_memory", chk_fill(ctx, grid, block, few, N, 2.0f));
     report("launch_null_array", chk_fill(ctx, grid, block, NULL, N, 2.0f));

@@ -36,6 +36,9 @@ from .dialect import CpuEmitter
 from .toolchain import OPTION_FLAGS, compile_command, toolchain
 
 MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIMS = (MAX_THREADS_PER_BLOCK, MAX_THREADS_PER_BLOCK, 64)
+MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
+"""The cpu device's limits (`Capabilities`; built libraries check the same)."""
 SHARED_MEMORY_PER_BLOCK = 64 * 1024
 @dataclass
 class CpuBinary:
@@ -164,8 +167,7 @@ class CpuBackend(JITBackend):
         caps = Capabilities(
             backend="cpu", name=_cpu_name(), kind=DeviceKind.CPU,
             max_threads_per_block=MAX_THREADS_PER_BLOCK,
-            max_block_dims=(MAX_THREADS_PER_BLOCK, MAX_THREADS_PER_BLOCK, 64),
-            max_grid_dims=(2**31 - 1, 65535, 65535),
+            max_block_dims=MAX_BLOCK_DIMS, max_grid_dims=MAX_GRID_DIMS,
             shared_memory_per_block=SHARED_MEMORY_PER_BLOCK, compute_units=threads,
             global_memory=host_memory_bytes(), warp_size=1, fp64=True, fp16=tc.fp16,
             atomics=atomic_capabilities(), unified_memory=True, arch=tc.arch,

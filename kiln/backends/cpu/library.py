@@ -15,14 +15,14 @@ from typing import Any
 
 from ...codegen.library import LibraryTarget
 from ...codegen.library.entries import EntryPoint
-from ...codegen.library.glue import api_macro, common_source, launch_functions
+from ...codegen.library.glue import api_macro, c_limits, common_source, launch_functions
 from ...codegen.library.host import compile_object, link_library
 from ...codegen.threadloops import BLOCK_DIMS, SLOT, SMALL_LAUNCH
 from ...framework.actions import ActionError
 from ...framework.backend import Dim3
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
 from ...ir.passes.status import STATUS_WORDS
-from .backend import MAX_THREADS_PER_BLOCK, CpuBackend, build_env
+from .backend import MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CpuBackend, build_env
 from .toolchain import toolchain
 
 DEFAULT_BLOCKS: tuple[Dim3, ...] = ((256, 1, 1),)
@@ -215,7 +215,9 @@ class CpuLibrary(LibraryTarget):
             rows = ", ".join(f"{{{b[0]}, {b[1]}, {b[2]}, {n}}}"
                              for b, n in zip(variants, names) if b is not None)
             parts.append(f"static const kiln_variant kiln_variants_{e.index}[] = {{{rows}}};\n")
-        parts.append(launch_functions(lib, entries, str(MAX_THREADS_PER_BLOCK), _launch_body,
+        limits = c_limits(MAX_THREADS_PER_BLOCK, MAX_GRID_DIMS, MAX_BLOCK_DIMS)
+        parts.append(f"static const kiln_limits kiln_cpu_limits = {limits};\n")
+        parts.append(launch_functions(lib, entries, "&kiln_cpu_limits", _launch_body,
                                       lambda k: f"ctx->status[{k}]"))
         return "\n".join(parts)
 

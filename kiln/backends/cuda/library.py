@@ -44,6 +44,8 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef unsigned long long CUdeviceptr;
 #define CU_ATTRIBUTE_MAX_THREADS_PER_BLOCK 1
+#define CU_ATTRIBUTE_MAX_BLOCK_DIM_X 2
+#define CU_ATTRIBUTE_MAX_GRID_DIM_X 5
 #define CU_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
 #define CU_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
 
@@ -115,7 +117,7 @@ struct {lib}_context {{
     CUdevice device;
     CUcontext context;
     CUstream stream;
-    int max_threads;
+    kiln_limits limits;
     kiln_ranges memory;
     CUmodule modules[{count}];
     CUfunction functions[{count}];
@@ -171,7 +173,14 @@ static int kiln_cu_pick(int cc) {{
     if (status == {LIB}_SUCCESS) {{
         cu.DeviceGetAttribute(&major, CU_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->device);
         cu.DeviceGetAttribute(&minor, CU_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->device);
-        cu.DeviceGetAttribute(&c->max_threads, CU_ATTRIBUTE_MAX_THREADS_PER_BLOCK, c->device);
+        cu.DeviceGetAttribute(&c->limits.threads, CU_ATTRIBUTE_MAX_THREADS_PER_BLOCK, c->device);
+        for (int k = 0; k < 3; k++) {{
+            int grid = 0, block = 0;
+            cu.DeviceGetAttribute(&block, CU_ATTRIBUTE_MAX_BLOCK_DIM_X + k, c->device);
+            cu.DeviceGetAttribute(&grid, CU_ATTRIBUTE_MAX_GRID_DIM_X + k, c->device);
+            c->limits.block[k] = (uint32_t)block;
+            c->limits.grid[k] = (uint32_t)grid;
+        }}
         status = kiln_cu_check(cu.DevicePrimaryCtxRetain(&c->context, c->device),
                                "cuDevicePrimaryCtxRetain");
     }}
@@ -331,7 +340,7 @@ class CudaLibrary(LibraryTarget):
         source = "\n".join([common_source(lib, "cuda", self.interior_pointers),
                             DRIVER.format(LIB=lib.upper()),
                             self._runtime(lib, entries, architectures),
-                            launch_functions(lib, entries, "ctx->max_threads", _launch_body,
+                            launch_functions(lib, entries, "&ctx->limits", _launch_body,
                                              lambda k: f"(uintptr_t)ctx->status[{k}]")])
         link_library(lib, [compile_object(source, work / lib, out)], out, ["-ldl", "-lpthread"])
         return {}

@@ -45,6 +45,7 @@ typedef struct _cl_event *cl_event;
 #define CL_MEM_READ_WRITE 1u
 #define CL_MEM_COPY_HOST_PTR 32u
 #define CL_DEVICE_MAX_WORK_GROUP_SIZE 0x1004u
+#define CL_DEVICE_MAX_WORK_ITEM_SIZES 0x1005u
 #define CL_DEVICE_NAME 0x102Bu
 #define CL_DEVICE_SINGLE_FP_CONFIG 0x101Bu
 #define CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT (1u << 7)
@@ -152,7 +153,7 @@ struct {lib}_context {{
     cl_context context;
     cl_command_queue queue;
     cl_device_id device;
-    int max_threads;
+    kiln_limits limits;
     kiln_ranges memory;
     cl_program programs[{count}];
     cl_kernel kernels[{count}];
@@ -214,6 +215,7 @@ static int kiln_cl_build({lib}_context *c, int k, int correct_division) {{
     if (!ctx) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "context_create: ctx is NULL");
     *ctx = NULL;
     cl_device_id devices[KILN_MAX_DEVICES];
+    kiln_message[0] = 0;  /* set again only when OpenCL is missing */
     int count = kiln_cl_devices(devices);
     if (count == 0 && kiln_message[0]) return {LIB}_ERROR_UNAVAILABLE;
     if (device < 0 || device >= count)
@@ -223,11 +225,16 @@ static int kiln_cl_build({lib}_context *c, int k, int correct_division) {{
     {lib}_context *c = calloc(1, sizeof *c);
     if (!c) return kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "context_create: out of memory");
     c->device = devices[device];
-    size_t group = 0;
+    size_t group = 0, items[3] = {{0, 0, 0}};
     cl_bitfield fp = 0;
     cl.GetDeviceInfo(c->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof group, &group, NULL);
+    cl.GetDeviceInfo(c->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof items, items, NULL);
     cl.GetDeviceInfo(c->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
-    c->max_threads = group > INT32_MAX ? INT32_MAX : (int)group;
+    c->limits.threads = group > INT32_MAX ? INT32_MAX : (int)group;
+    for (int k = 0; k < 3; k++) {{
+        c->limits.grid[k] = INT32_MAX;
+        c->limits.block[k] = items[k] > INT32_MAX ? INT32_MAX : (uint32_t)items[k];
+    }}
     cl_int e;
     c->context = cl.CreateContext(NULL, 1, &c->device, NULL, NULL, &e);
     if (e == CL_SUCCESS) c->queue = cl.CreateCommandQueue(c->context, c->device, 0, &e);
@@ -354,7 +361,7 @@ class OpenCLLibrary(LibraryTarget):
               settings: dict[str, Any], work: Path, out: Path) -> dict[str, Any]:
         source = "\n".join([common_source(lib, "opencl", self.interior_pointers),
                             ICD.format(LIB=lib.upper()), self._runtime(lib, entries),
-                            launch_functions(lib, entries, "ctx->max_threads", _launch_body,
+                            launch_functions(lib, entries, "&ctx->limits", _launch_body,
                                              lambda k: f"ctx->status[{k}]")])
         link_library(lib, [compile_object(source, work / lib, out)], out, ["-ldl", "-lpthread"])
         return {}

@@ -27,7 +27,8 @@ from ...ir.types import ArrayType, ConstexprType
 from .entries import EntryPoint, entry_points
 from .header import header_text
 
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2
+"""2: `NAME_copy_to_host` takes the host buffer's size; entries have `block_shapes`."""
 
 
 class LibraryTarget(ABC):

@@ -160,11 +160,15 @@ static int kiln_check_dims(const char *entry, const char *what, {lib}_dim3 d) {{
     return {LIB}_SUCCESS;
 }}
 
+/* What a device allows: threads per block, and along each axis a grid's and a block's
+   extent (kiln.launch's limits, from the device's capabilities). */
+typedef struct {{ int threads; uint32_t grid[3], block[3]; }} kiln_limits;
+
 /* The checks kiln.launch makes: each dimension 1 to 2^31-1, grid * block along each axis
-   at most 2^31-1 (thread indices are int32), at most the device's threads per block, and
-   one of the block shapes the entry was built for (`shapes`; any when `nshapes` is 0). */
+   at most 2^31-1 (thread indices are int32), the device's limits; and one of the block
+   shapes the entry was built for (`shapes`; any when `nshapes` is 0). */
 static int kiln_check_launch(const char *entry, {lib}_dim3 grid, {lib}_dim3 block,
-                             int max_threads, const {lib}_dim3 *shapes, int nshapes,
+                             const kiln_limits *limits, const {lib}_dim3 *shapes, int nshapes,
                              const char *shape_names) {{
     int status = kiln_check_dims(entry, "grid", grid);
     if (status == {LIB}_SUCCESS) status = kiln_check_dims(entry, "block", block);
@@ -175,10 +179,20 @@ static int kiln_check_launch(const char *entry, {lib}_dim3 grid, {lib}_dim3 bloc
             return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
                              "%s: %u blocks of %u threads along %c is over 2^31-1 threads "
                              "per axis (thread indices are int32)", entry, g[k], b[k], "xyz"[k]);
-    if ((uint64_t)block.x * block.y * block.z > (uint64_t)max_threads)
+    if ((uint64_t)block.x * block.y * block.z > (uint64_t)limits->threads)
         return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
                          "%s: block (%u, %u, %u) has more than the device's %d threads",
-                         entry, block.x, block.y, block.z, max_threads);
+                         entry, block.x, block.y, block.z, limits->threads);
+    for (int k = 0; k < 3; k++) {{
+        if (g[k] > limits->grid[k])
+            return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                             "%s: grid dimension %c is %u, over the device's limit of %u",
+                             entry, "xyz"[k], g[k], limits->grid[k]);
+        if (b[k] > limits->block[k])
+            return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                             "%s: block dimension %c is %u, over the device's limit of %u",
+                             entry, "xyz"[k], b[k], limits->block[k]);
+    }}
     for (int k = 0; k < nshapes; k++)
         if (shapes[k].x == block.x && shapes[k].y == block.y && shapes[k].z == block.z)
             return {LIB}_SUCCESS;
@@ -262,18 +276,19 @@ def common_source(lib: str, target: str, interior_pointers: bool) -> str:
             + COMMON.format(lib=lib, LIB=lib.upper(), api=api_macro(lib), target=target))
 
 
-def launch_functions(lib: str, entries: Sequence[EntryPoint], max_threads: str,
+def launch_functions(lib: str, entries: Sequence[EntryPoint], limits: str,
                      body: LaunchBody, status_pointer: Callable[[int], str]) -> str:
     """Each entry's launch function: the shared checks, then the target's `body` (in a
     function of its own), then, for a kernel with run-time checks, its status.
-    `max_threads` is the C expression for the block limit (with `ctx` in scope);
+    `limits` is the C expression for the device's `const kiln_limits *` (with `ctx` in
+    scope);
     `status_pointer(k)` the one for entry k's status array, which the target's
     `kiln_status_read(ctx, k, words)` waits for, reads and zeroes."""
-    return "\n".join(_launch_function(lib, e, max_threads, body, status_pointer)
+    return "\n".join(_launch_function(lib, e, limits, body, status_pointer)
                      for e in entries)
 
 
-def _launch_function(lib: str, e: EntryPoint, max_threads: str, body: LaunchBody,
+def _launch_function(lib: str, e: EntryPoint, limits: str, body: LaunchBody,
                      status_pointer: Callable[[int], str]) -> str:
     name, k = e.kernel.kernel, e.index
     shapes = ", ".join(f"{{{x}, {y}, {z}}}" for x, y, z in e.blocks) or "{0, 0, 0}"
@@ -286,7 +301,7 @@ def _launch_function(lib: str, e: EntryPoint, max_threads: str, body: LaunchBody
                f"{lib}_dim3 block, {declarations}) {{\n{body(e)}}}")
     lines = [f"    int kiln_status = kiln_check_context(ctx, \"{name}\");",
              "    if (kiln_status != 0) return kiln_status;",
-             f"    kiln_status = kiln_check_launch(\"{name}\", grid, block, {max_threads}, "
+             f"    kiln_status = kiln_check_launch(\"{name}\", grid, block, {limits}, "
              f"kiln_blocks_{k}, {len(e.blocks)}, \"{e.block_names}\");",
              "    if (kiln_status != 0) return kiln_status;"]
     for p in e.params:
@@ -315,6 +330,12 @@ def _launch_function(lib: str, e: EntryPoint, max_threads: str, body: LaunchBody
         lines.append("    return kiln_status;")
     out.append(f"{api_macro(lib)} {e.prototype(lib)} {{\n" + "\n".join(lines) + "\n}\n")
     return "\n".join(out)
+
+
+def c_limits(threads: int, grid: Sequence[int], block: Sequence[int]) -> str:
+    """A `kiln_limits` initialiser for limits known when the library is built."""
+    return (f"{{{threads}, {{{', '.join(map(str, grid))}}}, "
+            f"{{{', '.join(map(str, block))}}}}}")
 
 
 def c_bytes(data: bytes, name: str) -> str:

@@ -143,7 +143,7 @@ def _launch_doc(lib: str, api: str, e: EntryPoint) -> str:
             lines.append(f" *   {name}: built in as {t.value!r}")
     lines.append(f" *   block: {e.block_names}" + ("" if e.blocks else " shape"))
     if e.checks:
-        lines.append(f" *   debug: indices are checked; the launch waits for the kernel and "
-                     f"returns {lib.upper()}_ERROR_KERNEL naming the array and line")
+        lines += [" *   debug: indices are checked; the launch waits for the kernel and",
+                  f" *   returns {lib.upper()}_ERROR_KERNEL naming the array and line"]
     lines[-1] += " */"
     return "\n".join(lines) + f"\n{api} {e.prototype(lib)};"
