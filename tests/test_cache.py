@@ -212,7 +212,7 @@ def test_a_folder_in_an_entrys_place_means_compiling_into_the_fallback(
     c.path(key).mkdir(parents=True)
     assert payload_and_folder(c, key) == (b"built", fallback / "test")
     assert warnings_about(caplog, str(c.path(key)), "not a regular file")
-    assert warnings_about(caplog, str(c.path(key)), "Is a directory", str(fallback / "test"))
+    assert warnings_about(caplog, f"folder {c.directory} (Is a directory)", str(fallback / "test"))
     assert payload_and_folder(cache.CompileCache("test", ".bin"), key) == (
         b"built", fallback / "test")  # a fresh cache finds it there
 

@@ -262,7 +262,7 @@ class CompileCache:
             _remove_stale_tmp(path.parent)
         except OSError as exc:
             fallback = fallback_folder(self.backend)
-            _warn_once(f"cannot write the compile cache entry {path} "
+            _warn_once(f"cannot write to the compile cache folder {path.parent} "
                        f"({exc.strerror or exc}); compiling into {fallback} instead")
             path = fallback / path.name
             write_entry(path, payload)
