@@ -1,10 +1,13 @@
 """The compile cache under real backends (cpu, OpenCL): threads compiling one new kernel,
 folders kiln cannot write, and entries or folders it must not trust, which an attacker
-fills with a working library of another kernel (so loading it would change the result)."""
+fills with a working library of another kernel (so loading it would change the result);
+and the other things kiln keeps there: the CUDA launch shim and the cpu toolchain's memo."""
 
 from __future__ import annotations
 
+import ctypes
 import itertools
+import json
 import logging
 import os
 import shutil
@@ -23,6 +26,7 @@ from test_cache import give_away, warnings_about
 
 import kiln
 from kiln import f32, i32
+from kiln.backends.cpu import toolchain
 from kiln.framework import cache
 
 BACKENDS = [pytest.param("cpu", marks=requires_backend("cpu", "no C compiler with OpenMP")),
@@ -238,3 +242,50 @@ def unprivileged() -> list[str]:
         pytest.skip("running as root, and util-linux's setpriv (to drop the capability to "
                     "write read-only folders) is not installed")
     return [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+# ---------------------------------------------------------------- other native code it keeps
+
+
+@requires_backend("cpu", "no C compiler to build the launch shim")
+def test_the_cuda_launch_shim_is_a_checked_entry(cache_dir: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    from kiln.backends.cuda import shim
+
+    def fresh_shim() -> int:
+        shim.compiled.cache_clear()
+        shim._CACHE.forget()
+        address = ctypes.cast(RETURN_SEVEN, ctypes.c_void_p).value
+        _, arg = shim.record(1, (1, 1, 1), (1, 1, 1), 0, 0, 0, entry=address)
+        return int(shim.compiled()(arg))
+
+    try:
+        assert fresh_shim() == 7
+        (entry,) = (cache_dir / "cuda").iterdir()
+        assert cache.read_entry(entry) is not None
+        entry.chmod(0o666)
+        assert fresh_shim() == 7
+        assert warnings_about(caplog, f"entry {entry}:", "writable by group or others")
+        assert entry.stat().st_mode & 0o777 == 0o600  # rebuilt and replaced
+    finally:
+        shim.compiled.cache_clear()
+
+
+RETURN_SEVEN = ctypes.CFUNCTYPE(ctypes.c_int)(lambda *args: 7)
+
+
+@requires_backend("cpu", "no C compiler with OpenMP")
+@pytest.mark.parametrize("trusted", [False, True])
+def test_the_toolchain_memo_is_a_checked_entry(cache_dir: Path, trusted: bool,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """The probe's memo names the libraries every kernel links: planted where it is not
+    trusted, it is ignored; the control shows the same memo, trusted, is used."""
+    tc = toolchain.toolchain()
+    compiler, flags = tc.env.compiler, tc.env.flags
+    real = toolchain.probed(compiler, flags)
+    (memo,) = (cache_dir / "toolchain").iterdir()
+    cache.write_entry(memo, json.dumps({**real, "libraries": ["-lplanted"]}).encode())
+    if not trusted:
+        memo.chmod(0o646)
+    assert (toolchain.probed(compiler, flags)["libraries"] == ["-lplanted"]) == trusted
+    assert bool(warnings_about(caplog, f"entry {memo}:", "writable by")) != trusted
