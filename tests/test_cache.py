@@ -172,6 +172,7 @@ def test_concurrent_processes_compile_the_same_kernel(cache_dir: Path, tmp_path:
     for (out, err), p in zip(results, procs):
         assert p.returncode == 0, err
         assert out.strip() == "ok"
+        assert "not loading" not in err, err  # none took another's fresh entry for corrupt
     entries = list((cache_dir / "cpu").glob("*.so"))
     assert len(entries) == 1 and cache.read_entry(entries[0]) is not None
     assert not list((cache_dir / "cpu").glob("*.tmp-*"))
@@ -326,3 +327,13 @@ def test_an_existing_fallback_folder_is_checked_strictly(
     assert folder.name == "test" and os.stat(folder.parent).st_mode & 0o777 == 0o700
     assert warnings_about(caplog, f"fallback compile cache folder {fallback}:", reason,
                           str(folder.parent))
+
+
+def test_clear_never_empties_a_folder_through_a_link(cache_dir: Path, tmp_path_factory:
+                                                     pytest.TempPathFactory) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (elsewhere / "precious.txt").write_text("not kiln's")
+    (cache_dir / "test").symlink_to(elsewhere)
+    plant(cache_dir / "real" / "k.bin")
+    assert cache.clear() == 1 and cache.clear("test") == 0
+    assert (elsewhere / "precious.txt").read_text() == "not kiln's"

@@ -163,12 +163,15 @@ def untrusted(st: os.stat_result, folder: bool) -> str | None:
 
     kiln loads native code from the cache into the process: whoever can write there could
     plant a library. So a folder or entry must be this user's, writable by no one else, and
-    no symbolic link (which another user may point anywhere)."""
+    no symbolic link (which another user may point anywhere). Where there are no POSIX
+    owners (Windows), modes say nothing either: only the kind is checked."""
     if stat.S_ISLNK(st.st_mode):
         return "it is a symbolic link"
     if not (stat.S_ISDIR(st.st_mode) if folder else stat.S_ISREG(st.st_mode)):
         return "it is not a folder" if folder else "it is not a regular file"
-    if _UID is not None and st.st_uid != _UID:
+    if _UID is None:
+        return None
+    if st.st_uid != _UID:
         return f"it is owned by uid {st.st_uid}, not by this user (uid {_UID})"
     if st.st_mode & 0o022:
         return (f"it is writable by group or others (mode {st.st_mode & 0o777:#o}; "
@@ -336,7 +339,7 @@ def private_folder(path: Path) -> str | None:
     except OSError as exc:
         return f"it cannot be examined ({exc.strerror or exc})"
     reason = untrusted(st, folder=True)
-    if reason is None and st.st_mode & 0o077:
+    if reason is None and _UID is not None and st.st_mode & 0o077:
         reason = f"others can use it (mode {st.st_mode & 0o777:#o})"
     return reason
 
