@@ -206,8 +206,9 @@ print("ok")
 def test_a_read_only_cache_is_read_and_new_kernels_compile(backend: str,
                                                            tmp_path: Path) -> None:
     """A read-only cache: its entries load; new kernels compile into the fallback with one
-    warning naming the folder and why. Root writes anywhere, so as root the program runs
-    without the capabilities that let it (`setpriv`)."""
+    warning naming the folder and why, and the next process finds them there. Root writes
+    anywhere, so as root the programs run without the capabilities that let it
+    (`setpriv`)."""
     folders = (tmp_path / "cache", tmp_path / "cache" / backend)
     (tmp_path / "tmp").mkdir()
     env = {**os.environ, "KILN_CACHE_DIR": str(folders[0]), "TMPDIR": str(tmp_path / "tmp"),
@@ -217,8 +218,9 @@ def test_a_read_only_cache_is_read_and_new_kernels_compile(backend: str,
     for folder in folders:
         folder.chmod(0o500)
     try:
-        child = subprocess.run([*unprivileged(), *adders, "1", "2", "3"], env=env,
-                               capture_output=True, text=True, timeout=120)
+        child, again = (subprocess.run([*unprivileged(), *adders, *offsets], env=env,
+                                       capture_output=True, text=True, timeout=120)
+                        for offsets in (["1", "2", "3"], ["2"]))
     finally:
         for folder in folders:
             folder.chmod(0o700)
@@ -231,6 +233,8 @@ def test_a_read_only_cache_is_read_and_new_kernels_compile(backend: str,
     assert len(warned) == 1, child.stderr  # once, though two kernels were compiled
     assert len(list(fallback.iterdir())) == 4  # two kernel keys, two binaries
     assert len(list(folders[1].iterdir())) == 2  # the read-only cache is unchanged
+    assert again.returncode == 0 and "cached (disk, kernel key)" in again.stderr  # from there
+    assert "compiled" not in again.stderr, again.stderr
 
 
 def unprivileged() -> list[str]:

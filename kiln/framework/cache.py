@@ -16,9 +16,10 @@ user alone can write: the root and backend folders (made with mode 0o700) and ea
 (opened without following symbolic links, checked on the open file) must be owned by the
 user, writable by neither group nor others, and no symbolic link. A folder that fails, or
 cannot be written, sends entries to `<tmp>/kiln-cache-<uid>` (made without `exist_ok`, or
-else checked strictly: the user's, mode 0o700), else to a fresh `tempfile.mkdtemp` folder;
-an entry that fails is compiled again and replaced. Each case is logged once as a
-warning naming the path and the reason.
+else checked strictly: the user's, mode 0o700), else to a fresh `tempfile.mkdtemp` folder
+(a folder that only cannot be written is still read first); an entry that fails is
+compiled again and replaced. Each case is logged once as a warning naming the path and
+the reason.
 
 `KILN_LOG=info` logs one line per kernel: compiled or cached, and how long it took.
 A second level keyed before the frontend runs, the kernel key, is `kiln.execution.kernelcache`.
@@ -247,8 +248,17 @@ class CompileCache:
     def lookup(self, key: str) -> CacheEntry | None:
         """A valid, trusted disk entry, or None. An unusable one is left in place (with a
         warning) for `store` to replace: deleting it could delete a valid entry another
-        thread or process has just renamed over it."""
-        path = self.path(key)
+        thread or process has just renamed over it. Where the folder misses, the fallback
+        (where `store` writes what a read-only folder cannot take) is tried."""
+        name = f"{key}{self.suffix}"
+        folder = self.directory
+        entry = self._read(key, folder / name)
+        spare = None if entry else _existing_fallback(self.backend)
+        if spare is not None and spare != folder:
+            entry = self._read(key, spare / name)
+        return entry
+
+    def _read(self, key: str, path: Path) -> CacheEntry | None:
         try:
             payload = read_entry(path)
         except UnusableEntry as exc:
@@ -308,7 +318,7 @@ def fallback_folder(backend: str) -> Path:
     """Where entries go when the cache folder cannot be used: `<tmp>/kiln-cache-<uid>`,
     shared by this user's processes, when `private_folder` accepts it; else a fresh
     folder of this process's own (`tempfile.mkdtemp`, removed at exit)."""
-    shared = Path(tempfile.gettempdir()) / f"kiln-cache-{_UID if _UID is not None else 0}"
+    shared = _shared_fallback()
     reason = private_folder(shared) or checked_folder(shared / backend)
     if reason is None:
         return shared / backend
@@ -324,12 +334,13 @@ def fallback_folder(backend: str) -> Path:
     return folder
 
 
-def private_folder(path: Path) -> str | None:
+def private_folder(path: Path, make: bool = True) -> str | None:
     """Make `path` (mode 0o700, never `exist_ok`: in a shared folder such as /tmp another
     user may have made it first), or check the existing one strictly: a folder of this
     user's that no one else can even read. Why not, or None."""
     try:
-        path.mkdir(mode=0o700)
+        if make:
+            path.mkdir(mode=0o700)
     except FileExistsError:
         pass
     except OSError as exc:
@@ -342,6 +353,22 @@ def private_folder(path: Path) -> str | None:
     if reason is None and _UID is not None and st.st_mode & 0o077:
         reason = f"others can use it (mode {st.st_mode & 0o777:#o})"
     return reason
+
+
+def _shared_fallback() -> Path:
+    return Path(tempfile.gettempdir()) / f"kiln-cache-{_UID if _UID is not None else 0}"
+
+
+def _existing_fallback(backend: str) -> Path | None:
+    """The shared fallback's folder for `backend` where it exists and passes the checks."""
+    shared = _shared_fallback()
+    if private_folder(shared, make=False) is not None:
+        return None
+    folder = shared / backend
+    with contextlib.suppress(OSError):
+        if untrusted(os.lstat(folder), folder=True) is None:
+            return folder
+    return None
 
 
 def _warn_once(message: str) -> None:
