@@ -148,6 +148,8 @@ def read_entry(path: Path) -> bytes | None:
             raise UnusableEntry(reason)
         with open(fd, "rb", closefd=False) as f:
             data = f.read()
+    except OSError as exc:
+        raise UnusableEntry(f"it cannot be read ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
     if len(data) < FOOTER.size:
