@@ -14,8 +14,8 @@ object) that finds it loads the compiled kernel without running the frontend.
 A kernel that reads a name of a kind the fingerprint does not know has no kernel key and
 takes the usual path; so does a program that cannot be pickled. `KILN_LOG=info` says which
 key hit: `cached (disk, kernel key)` here, `cached (disk, source key)` in the compile cache.
-Entries are pickles: the cache directory must be as trusted as the binaries kiln loads
-from it.
+Entries are pickles, as trusted as the binaries beside them: the compile cache reads only
+folders and files of this user's that no one else can write (`kiln.framework.cache`).
 """
 
 from __future__ import annotations
@@ -72,8 +72,9 @@ class KernelKey:
         self.cache = _cache(backend.name)
 
     def load(self) -> CachedKernel | None:
-        """The cached kernel, or None (a miss, or an unreadable entry, which is removed so
-        that it gets rebuilt)."""
+        """The cached kernel, or None (a miss, or an unreadable entry, which `store` replaces
+        once the kernel is built: removing it here could remove a valid entry that another
+        thread or process has just written in its place)."""
         start = time.perf_counter()
         entry = self.cache.lookup(self.key)
         if entry is None:
@@ -84,9 +85,8 @@ class KernelKey:
             if not isinstance(found, CachedKernel):
                 raise TypeError(f"a {type(found).__name__}, not a cached kernel")
         except Exception as exc:  # written by another kiln, or damaged in a valid footer
-            logger.warning("%s: discarding an unreadable kernel cache entry %s (%s)",
-                           self.label, entry.path, exc)
-            entry.path.unlink(missing_ok=True)
+            logger.warning("%s: ignoring an unreadable kernel cache entry %s (%s); "
+                           "compiling it again", self.label, entry.path, exc)
             return None
         logger.info("%s: cached (disk, kernel key) in %.1f ms", self.label,
                     (time.perf_counter() - start) * 1e3)

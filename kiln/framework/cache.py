@@ -5,9 +5,21 @@ generated source, the build environment's identity (compiler, version, flags), t
 architecture and the backend options. An entry on disk is one file,
 `<root>/<backend>/<key><suffix>`: the payload (a shared library, a cubin, ...) followed by
 a footer (magic, payload length, SHA-256). Payloads stay directly loadable (ELF loaders
-ignore trailing bytes). Writes go to a temporary file renamed into place, so a reader sees
-a whole entry or none; a truncated or corrupt entry fails its footer check and is rebuilt;
-processes sharing the directory at most compile the same kernel twice.
+ignore trailing bytes). Writes go to a private temporary file renamed into place, so a
+reader sees a whole entry or none; a truncated or corrupt entry fails its footer check and
+is rebuilt, replaced by the same atomic rename (never deleted: a concurrent writer may
+have just put a valid one there); threads and processes sharing the directory at most
+compile the same kernel twice.
+
+Entries are native code kiln loads into the process, so the cache trusts only what this
+user alone can write: the root and backend folders (made with mode 0o700) and each entry
+(opened without following symbolic links, checked on the open file) must be owned by the
+user, writable by neither group nor others, and no symbolic link. A folder that fails, or
+cannot be written, sends entries to `<tmp>/kiln-cache-<uid>` (made without `exist_ok`, or
+else checked strictly: the user's, mode 0o700), else to a fresh `tempfile.mkdtemp` folder
+(a folder that only cannot be written is still read first); an entry that fails is
+compiled again and replaced. Each case is logged once as a warning naming the path and
+the reason.
 
 `KILN_LOG=info` logs one line per kernel: compiled or cached, and how long it took.
 A second level keyed before the frontend runs, the kernel key, is `kiln.execution.kernelcache`.
@@ -16,11 +28,15 @@ The `kiln cache` command uses `info()` and `clear()`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
+import shutil
+import stat
 import struct
 import tempfile
 import threading
@@ -40,6 +56,13 @@ MAGIC = b"KILNC001"
 FOOTER = struct.Struct("<8sQ32s")
 TMP_MARK = ".tmp-"
 STALE_TMP_SECONDS = 600.0
+_UID = os.geteuid() if hasattr(os, "geteuid") else None
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_LOCK = threading.Lock()
+_OWN_FALLBACK: list[Path] = []  # this process's private fallback folder, once made
+_WARNED: set[str] = set()
+_FOLDERS: dict[tuple[str, str], Path] = {}  # (KILN_CACHE_DIR, backend): the folder in use
 
 logger = logging.getLogger("kiln.cache")
 
@@ -84,36 +107,101 @@ def cache_key(backend: str, source: str, env: BuildEnv, arch: str,
 # ---------------------------------------------------------------- disk entries
 
 
+class UnusableEntry(Exception):
+    """A cache file kiln will not load: corrupt, or not to be trusted (the message says why)."""
+
+
 def write_entry(path: Path, payload: bytes) -> None:
-    """Write payload + footer atomically: a temporary file in the same directory, renamed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}-{threading.get_ident()}")
+    """Write payload + footer atomically: a private temporary file (mode 0o600) in the same
+    folder, renamed over `path` (which replaces a symbolic link, never writes through it)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f"{path.name}{TMP_MARK}", dir=path.parent)
     footer = FOOTER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest())
     try:
-        with open(tmp, "wb") as f:
+        with open(fd, "wb") as f:
             view = memoryview(payload)
             for start in range(0, len(view), 1 << 20):  # chunks: a kill leaves a short tmp
                 f.write(view[start:start + (1 << 20)])
             f.write(footer)
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
 
 
 def read_entry(path: Path) -> bytes | None:
-    """The payload of a valid entry; None when missing, truncated or corrupt."""
+    """The payload of a valid entry, or None when there is none; raises UnusableEntry for a
+    corrupt one or one kiln must not trust (see `untrusted`). Opened without following a
+    symbolic link and checked on the open file, so what is checked is what is read."""
     try:
-        data = path.read_bytes()
-    except OSError:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC)
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        symlink = exc.errno == errno.ELOOP
+        raise UnusableEntry("it is a symbolic link" if symlink else
+                            f"it cannot be opened ({exc.strerror or exc})") from None
+    try:
+        reason = untrusted(os.fstat(fd), folder=False)
+        if reason:
+            raise UnusableEntry(reason)
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read()
+    except OSError as exc:
+        raise UnusableEntry(f"it cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
     if len(data) < FOOTER.size:
-        return None
+        raise UnusableEntry("it is truncated")
     magic, length, digest = FOOTER.unpack_from(data, len(data) - FOOTER.size)
     payload = data[: len(data) - FOOTER.size]
     if magic != MAGIC or length != len(payload) or hashlib.sha256(payload).digest() != digest:
-        return None
+        raise UnusableEntry("it is corrupt (its footer does not match its contents)")
     return payload
+
+
+def untrusted(st: os.stat_result, folder: bool) -> str | None:
+    """Why a cache folder or entry with this `lstat`/`fstat` must not be trusted, or None.
+
+    kiln loads native code from the cache into the process: whoever can write there could
+    plant a library. So a folder or entry must be this user's, writable by no one else, and
+    no symbolic link (which another user may point anywhere). Where there are no POSIX
+    owners (Windows), modes say nothing either: only the kind is checked."""
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if not (stat.S_ISDIR(st.st_mode) if folder else stat.S_ISREG(st.st_mode)):
+        return "it is not a folder" if folder else "it is not a regular file"
+    if _UID is None:
+        return None
+    if st.st_uid != _UID:
+        return f"it is owned by uid {st.st_uid}, not by this user (uid {_UID})"
+    if st.st_mode & 0o022:
+        return (f"it is writable by group or others (mode {st.st_mode & 0o777:#o}; "
+                "`chmod go-w` it to use it)")
+    return None
+
+
+def checked_folder(path: Path) -> str | None:
+    """Why `path` cannot hold cache entries (see `untrusted`), or None; made (mode 0o700,
+    parents as `mkdir -p` makes them) when missing. A folder kiln cannot write is fine to
+    read: writes then go to the fallback."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        try:
+            path.mkdir(mode=0o700, parents=True)
+        except FileExistsError:
+            pass  # made meanwhile by another thread or process: checked below
+        except OSError as exc:
+            return f"it cannot be created ({exc.strerror or exc})"
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            return f"it cannot be examined ({exc.strerror or exc})"
+    except OSError as exc:
+        return f"it cannot be examined ({exc.strerror or exc})"
+    return untrusted(st, folder=True)
 
 
 @dataclass(frozen=True)
@@ -136,34 +224,63 @@ class CompileCache:
 
     @property
     def directory(self) -> Path:
-        return cache_root() / self.backend
+        """`<KILN_CACHE_DIR>/<backend>` when it and the root pass `checked_folder`, else the
+        fallback (with a warning, once). Decided once per process and setting: only this
+        user (or root) can change a folder that passed."""
+        setting = (os.environ.get("KILN_CACHE_DIR", ""), self.backend)
+        found = _FOLDERS.get(setting)
+        if found is None:
+            found = _FOLDERS[setting] = self._choose_directory()
+        return found
+
+    def _choose_directory(self) -> Path:
+        root = cache_root()
+        for folder in (root, root / self.backend):
+            reason = checked_folder(folder)
+            if reason:
+                fallback = fallback_folder(self.backend)
+                _warn_once(f"not using the compile cache folder {folder}: {reason}; "
+                           f"compiling into {fallback} instead")
+                return fallback
+        return root / self.backend
 
     def path(self, key: str) -> Path:
         return self.directory / f"{key}{self.suffix}"
 
     def lookup(self, key: str) -> CacheEntry | None:
-        """A valid disk entry, or None (a corrupt one is removed so it gets rebuilt)."""
-        path = self.path(key)
-        payload = read_entry(path)
-        if payload is None:
-            if path.exists():
-                logger.warning("%s: discarding a corrupt cache entry %s", self.backend, path)
-                path.unlink(missing_ok=True)
+        """A valid, trusted disk entry, or None. An unusable one is left in place (with a
+        warning) for `store` to replace: deleting it could delete a valid entry another
+        thread or process has just renamed over it. Where the folder misses, the fallback
+        (where `store` writes what a read-only folder cannot take) is tried."""
+        name = f"{key}{self.suffix}"
+        folder = self.directory
+        entry = self._read(key, folder / name)
+        spare = None if entry else _existing_fallback(self.backend)
+        if spare is not None and spare != folder:
+            entry = self._read(key, spare / name)
+        return entry
+
+    def _read(self, key: str, path: Path) -> CacheEntry | None:
+        try:
+            payload = read_entry(path)
+        except UnusableEntry as exc:
+            _warn_once(f"not loading the compile cache entry {path}: {exc}; compiling it again")
             return None
-        return CacheEntry(key, path, payload)
+        return None if payload is None else CacheEntry(key, path, payload)
 
     def store(self, key: str, payload: bytes) -> CacheEntry:
-        """Write an entry; falls back to no disk cache when the directory is unwritable."""
+        """Write an entry; where the folder cannot be written (read-only, a folder in the
+        entry's place, a full disk), write it to the fallback instead (warned once)."""
         path = self.path(key)
         try:
             write_entry(path, payload)
             _remove_stale_tmp(path.parent)
         except OSError as exc:
-            logger.warning("%s: cannot write the compile cache at %s (%s)", self.backend,
-                           path, exc)
-            fallback = _private_dir() / self.backend / path.name
-            write_entry(fallback, payload)
-            path = fallback
+            fallback = fallback_folder(self.backend)
+            _warn_once(f"cannot write to the compile cache folder {path.parent} "
+                       f"({exc.strerror or exc}); compiling into {fallback} instead")
+            path = fallback / path.name
+            write_entry(path, payload)
         return CacheEntry(key, path, payload)
 
     def get_or_build(self, key: str, build: Callable[[], bytes],
@@ -196,10 +313,73 @@ class CompileCache:
             self._memory.clear()
 
 
-def _private_dir() -> Path:
-    path = Path(tempfile.gettempdir()) / f"kiln-cache-{os.getuid() if hasattr(os, 'getuid') else 0}"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
+# ---------------------------------------------------------------- the fallback
+
+
+def fallback_folder(backend: str) -> Path:
+    """Where entries go when the cache folder cannot be used: `<tmp>/kiln-cache-<uid>`,
+    shared by this user's processes, when `private_folder` accepts it; else a fresh
+    folder of this process's own (`tempfile.mkdtemp`, removed at exit)."""
+    shared = _shared_fallback()
+    reason = private_folder(shared) or checked_folder(shared / backend)
+    if reason is None:
+        return shared / backend
+    with _LOCK:
+        if not _OWN_FALLBACK:
+            _OWN_FALLBACK.append(Path(tempfile.mkdtemp(prefix="kiln-cache-")))
+            atexit.register(shutil.rmtree, _OWN_FALLBACK[0], ignore_errors=True)
+        own = _OWN_FALLBACK[0]
+    _warn_once(f"not using the fallback compile cache folder {shared}: {reason}; "
+               f"compiling into {own} instead")
+    folder = own / backend
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def private_folder(path: Path, make: bool = True) -> str | None:
+    """Make `path` (mode 0o700, never `exist_ok`: in a shared folder such as /tmp another
+    user may have made it first), or check the existing one strictly: a folder of this
+    user's that no one else can even read. Why not, or None."""
+    try:
+        if make:
+            path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return f"it cannot be created ({exc.strerror or exc})"
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"it cannot be examined ({exc.strerror or exc})"
+    reason = untrusted(st, folder=True)
+    if reason is None and _UID is not None and st.st_mode & 0o077:
+        reason = f"others can use it (mode {st.st_mode & 0o777:#o})"
+    return reason
+
+
+def _shared_fallback() -> Path:
+    return Path(tempfile.gettempdir()) / f"kiln-cache-{_UID if _UID is not None else 0}"
+
+
+def _existing_fallback(backend: str) -> Path | None:
+    """The shared fallback's folder for `backend` where it exists and passes the checks."""
+    shared = _shared_fallback()
+    if private_folder(shared, make=False) is not None:
+        return None
+    folder = shared / backend
+    with contextlib.suppress(OSError):
+        if untrusted(os.lstat(folder), folder=True) is None:
+            return folder
+    return None
+
+
+def _warn_once(message: str) -> None:
+    """Log a cache warning once per process (each launch would repeat it)."""
+    with _LOCK:
+        if message in _WARNED:
+            return
+        _WARNED.add(message)
+    logger.warning("%s", message)
 
 
 def _remove_stale_tmp(directory: Path) -> None:
@@ -239,10 +419,10 @@ def clear(backend: str | None = None) -> int:
     """Remove every cache file (of one backend, when given); return how many were removed."""
     root = cache_root()
     dirs = [root / backend] if backend else ([p for p in root.iterdir() if p.is_dir()]
-                                             if root.is_dir() else [])
+                                             if root.is_dir() and not root.is_symlink() else [])
     removed = 0
     for d in dirs:
-        if not d.is_dir():
+        if d.is_symlink() or not d.is_dir():  # never empty a folder a link points at
             continue
         for p in d.iterdir():
             if p.is_file():

@@ -1,12 +1,14 @@
 """The cpu backend's C toolchain: `cc` (or `KILN_CC`) with OpenMP, probed once.
 
 The probe (compiler version, a tiny OpenMP build, `_Float16` support, the `-march=native`
-target) takes ~0.1 s, so its result is memoised on disk under the cache directory, keyed
-by the compiler binary (path, size, mtime) and the flags.
+target) takes ~0.1 s, so its result is memoised in kiln's compile cache (`toolchain/`, an
+entry checked like any other), keyed by the compiler binary (path, size, mtime) and the
+flags.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -19,7 +21,7 @@ from functools import cache
 from pathlib import Path
 
 from ...framework.buildenv import BuildEnv, ToolNotFoundError, command_version, find_command
-from ...framework.cache import cache_root
+from ...framework.cache import CompileCache
 
 BASE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared")
 EXTRA_FLAGS = ("-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
@@ -77,11 +79,29 @@ def _user_flags() -> tuple[str, ...]:
     return tuple(shlex.split(os.environ.get("KILN_CFLAGS", "")))
 
 
-def _memo_path(compiler: tuple[str, ...], flags: tuple[str, ...]) -> Path:
+def _memo_key(compiler: tuple[str, ...], flags: tuple[str, ...]) -> str:
     st = os.stat(compiler[0])
     ident = json.dumps([compiler, st.st_size, st.st_mtime_ns, flags, platform.machine(),
                         PROBE_VERSION])
-    return cache_root() / "toolchain" / f"{hashlib.sha256(ident.encode()).hexdigest()[:32]}.json"
+    return hashlib.sha256(ident.encode()).hexdigest()
+
+
+def probed(compiler: tuple[str, ...], flags: tuple[str, ...]) -> dict:
+    """What `_probe` finds, remembered in kiln's compile cache: its libraries go on every
+    link line, so the memo passes the cache's checks like a binary."""
+    key = _memo_key(compiler, flags)
+    entry = _MEMO.lookup(key)
+    if entry is not None:
+        with contextlib.suppress(ValueError):
+            return dict(json.loads(entry.payload))
+    found = _probe(compiler, flags)
+    if "error" not in found:
+        with contextlib.suppress(OSError):
+            _MEMO.store(key, json.dumps(found).encode())
+    return found
+
+
+_MEMO = CompileCache("toolchain", ".json")
 
 
 def _build(env: BuildEnv, source: str, extra: tuple[str, ...] = (),
@@ -127,19 +147,7 @@ def toolchain() -> Toolchain:
     """The probed toolchain; raises ToolNotFoundError with the reason when unusable."""
     compiler = find_command(os.environ.get("KILN_CC") or "cc")
     flags = (*BASE_FLAGS, *EXTRA_FLAGS, *_user_flags())
-    memo = _memo_path(compiler, flags)
-    try:
-        found = json.loads(memo.read_text())
-    except (OSError, ValueError):
-        found = _probe(compiler, flags)
-        if "error" not in found:
-            try:
-                memo.parent.mkdir(parents=True, exist_ok=True)
-                tmp = memo.with_name(f"{memo.name}.tmp-{os.getpid()}")
-                tmp.write_text(json.dumps(found))
-                os.replace(tmp, memo)
-            except OSError:
-                pass
+    found = probed(compiler, flags)
     if "error" in found:
         raise ToolNotFoundError(found["error"])
     env = BuildEnv("cpu", compiler, found["version"], flags)

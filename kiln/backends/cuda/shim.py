@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ...framework.cache import cache_root
+from ...framework.cache import CompileCache
 
 SOURCE = r"""
 typedef int (*kiln_launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -66,30 +66,31 @@ def shim() -> Any | None:
 
 @cache
 def compiled() -> Any:
-    """`kiln_launch` built and loaded (raises OSError or SubprocessError where it fails)."""
-    fn = ctypes.CDLL(str(_build())).kiln_launch
+    """`kiln_launch` built (or found in kiln's compile cache, whose checks it passes like
+    any kernel library) and loaded; raises OSError or SubprocessError where it fails."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise OSError("no C compiler")
+    key = hashlib.sha256(f"{compiler}\0{SOURCE}".encode()).hexdigest()
+    fn = _CACHE.get_or_build(key, lambda: _build(compiler),
+                             lambda entry: ctypes.CDLL(str(entry.path)).kiln_launch,
+                             "launch shim")
     # `argtypes` stays None: called with a prebuilt ctypes pointer, no conversion at all
     fn.restype = ctypes.c_int
     return fn
 
 
-def _build() -> Path:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise OSError("no C compiler")
-    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:16]
-    target = cache_root() / "cuda" / f"kiln_launch_{digest}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
+def _build(compiler: str) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="kiln-shim-") as tmp:
         src = Path(tmp) / "kiln_launch.c"
         src.write_text(SOURCE)
-        out = Path(tmp) / target.name
+        out = Path(tmp) / "kiln_launch.so"
         subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(out), str(src)],
                        check=True, capture_output=True, timeout=60)
-        os.replace(out, target)  # atomic: concurrent builders agree
-    return target
+        return out.read_bytes()
+
+
+_CACHE = CompileCache("cuda", ".so")
 
 
 def record(function: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
