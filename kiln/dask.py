@@ -454,14 +454,14 @@ def _refuse_compute(chunks: Any) -> Any:
 
 
 def _kept(task: ChunkLaunch, array: da.Array) -> da.Array:
-    if not task.on_device:
-        return array
-    return DeviceChunks(array.dask, array.name, array.chunks, array.dtype,
-                        np.empty((0,) * array.ndim, array.dtype))
+    return _device_chunks(array) if task.on_device else array
 
 
 def _kept_again(dsk: Any, rebuild: Any, *args: Any, rename: Any = None) -> DeviceChunks:
-    array = rebuild(dsk, *args, rename=rename)
+    return _device_chunks(rebuild(dsk, *args, rename=rename))
+
+
+def _device_chunks(array: da.Array) -> DeviceChunks:
     return DeviceChunks(array.dask, array.name, array.chunks, array.dtype,
                         np.empty((0,) * array.ndim, array.dtype))
 
