@@ -53,8 +53,9 @@ CHUNK = "chunk"
 
 
 class KernelRef:
-    """A kernel as tasks carry it to workers (see `_ShippingPickler`); each process
-    unpickles it once and reuses the kernel, with its compiled code."""
+    """A kernel as tasks carry it to workers (see `_ShippingPickler`); each worker process
+    unpickles it once and reuses the kernel, with its compiled code. The calling process
+    keeps the kernel object it was given (a module reloaded since is then no stale hit)."""
 
     _built: dict[str, Kernel] = {}
 
@@ -67,12 +68,14 @@ class KernelRef:
                               f"it reads cannot be pickled ({exc})") from None
         self.blob = buffer.getvalue()
         self.digest = hashlib.sha256(self.blob).hexdigest()
-        self._built.setdefault(self.digest, kernel)
+        self.kernel: Kernel | None = kernel
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"blob": self.blob, "digest": self.digest}
+        return {"blob": self.blob, "digest": self.digest, "kernel": None}
 
     def get(self) -> Kernel:
+        if self.kernel is not None:
+            return self.kernel
         found = self._built.get(self.digest)
         if found is None:
             found = self._built[self.digest] = pickle.loads(self.blob)

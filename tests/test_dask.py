@@ -3,6 +3,7 @@ workers (one killed in the middle), compared with one device and NumPy."""
 
 from __future__ import annotations
 
+import importlib
 import linecache
 import os
 import signal
@@ -262,6 +263,36 @@ def test_tasks_do_not_carry_the_input_arrays():
     partial = kd.PartialSum(kd.ChunkLaunch(largest, (dx, kiln.shard_rows), "acc", None),
                             np.maximum, -np.inf)
     assert len(cloudpickle.dumps(partial)) < 20_000
+
+
+RELOADED = """
+import kiln
+from kiln import f32, i32
+
+
+@kiln.kernel
+def edited(x: f32[:], out: f32[:], rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        out[i] = x[i] * {factor}
+"""
+
+
+def test_a_reloaded_module_runs_its_new_kernel(tmp_path, monkeypatch):
+    """An edited module, reloaded (as autoreload does in a notebook), sends its new kernel:
+    the same module and name must not find the old one."""
+    module = tmp_path / "kiln_dask_edited.py"
+    module.write_text(RELOADED.format(factor="2.0"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kiln_dask_edited", raising=False)  # gone afterwards
+    edited = importlib.import_module("kiln_dask_edited")
+    dx = da.from_array(data(100, 19), chunks=40)
+    assert np.array_equal(kd.map_blocks(edited.edited, dx, kiln.shard_rows, out="out").compute(),
+                          dx.compute() * 2)
+    module.write_text(RELOADED.format(factor="3.0") + "\n")  # a new size: reload sees it
+    importlib.reload(edited)
+    assert np.array_equal(kd.map_blocks(edited.edited, dx, kiln.shard_rows, out="out").compute(),
+                          dx.compute() * 3)
 
 
 def test_numpy_arrays_are_split_as_the_dask_array_is():
