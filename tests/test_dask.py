@@ -93,9 +93,9 @@ def test_every_entry_gives_each_chunk_its_start(device):
                         kiln.shard_rows, out="out", device=device)
     assert np.array_equal(out.compute(), m + np.arange(50, dtype=np.float32)[:, None])
     ones = da.ones((1000, 3), dtype=np.int32, chunks=((300, 0, 450, 250), (2, 1)))
-    total = kd.reduction(weighted, ones, kiln.shard_start, kiln.shard_rows, out="acc",
-                         device=device)
-    assert int(total.compute()) == 3 * 499_500
+    weighted_sum = kd.reduction(weighted, ones, kiln.shard_start, kiln.shard_rows, out="acc",
+                                device=device)
+    assert int(weighted_sum.compute()) == 3 * 499_500  # 3 * sum(i for i < 1000)
     smooth = kd.map_overlap(smooth_rows, da.from_array(m, chunks=((13, 7, 30), 7)),
                             kiln.shard_start, kiln.shard_rows, 50, out="out", depth=1,
                             device=device)
