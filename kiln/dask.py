@@ -185,6 +185,7 @@ class ChunkLaunch:
     def __init__(self, kernel: Kernel, args: Sequence[Any], out: str | Sequence[str],
                  device: str | None, halo: int = 0, on_device: bool = False) -> None:
         self.name, self.out = kernel.name, _output_names(kernel, out)
+        self.__name__ = kernel.name  # what Dask names the tasks after (dashboards, keys)
         params = dict(kernel.signature)
         self.annotations = [_output_type(kernel, name, params.get(name, False))
                             for name in self.out]
@@ -404,6 +405,7 @@ class PartialSum:
                               "initial= (e.g. -np.inf for a maximum)")
         dtype = task.dtypes[0]
         self.task, self.combine, self.initial = task, combine, None
+        self.__name__ = f"{task.name}-partial"
         if initial is not None:
             try:
                 with np.errstate(invalid="raise", over="raise"):

@@ -75,6 +75,7 @@ def test_map_blocks_matches_numpy():
     dx, dy = da.from_array(x, chunks=3000), da.from_array(y, chunks=3000)
     z = kd.map_blocks(saxpy, dx, dy, np.float32(2), kiln.shard_rows, out="out")
     assert z.dtype == np.float32 and z.chunks == dx.chunks
+    assert z.name.startswith("saxpy-")  # Dask's dashboard shows the kernel's name
     assert np.array_equal(z.compute(), np.float32(2) * x + y)
 
 
