@@ -118,9 +118,15 @@ def _import_path(obj: Any) -> tuple[str, str] | None:
 
 
 def _import(module: str, qualname: str) -> Any:
-    found = importlib.import_module(module)
-    for part in qualname.split("."):
-        found = getattr(found, part)
+    try:
+        found = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise LaunchError(f"kiln.dask: this worker cannot import {qualname} from {module} "
+                          f"({exc}); workers import the modules that kernels are defined "
+                          "in, so make it importable there (installed, or on sys.path)"
+                          ) from None
     return found
 
 

@@ -404,6 +404,18 @@ def test_kernels_workers_cannot_import_travel_by_value(cluster, monkeypatch):
         kd.map_blocks(cell["broken"], dx, kiln.shard_rows, out="out").compute()
 
 
+def test_a_module_workers_cannot_import_is_a_clear_error(cluster, tmp_path, monkeypatch):
+    """A kernel's module on this process's path only (added after the workers started)."""
+    (tmp_path / "kiln_dask_here_only.py").write_text(RELOADED.format(factor="2.0"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kiln_dask_here_only", raising=False)
+    here = importlib.import_module("kiln_dask_here_only")
+    dx = da.from_array(data(100, 20), chunks=50)
+    with pytest.raises(kiln.LaunchError, match=r"this worker cannot import edited from "
+                                               r"kiln_dask_here_only \(No module named"):
+        kd.map_blocks(here.edited, dx, kiln.shard_rows, out="out").compute()
+
+
 def _slow(chunk: np.ndarray) -> np.ndarray:
     time.sleep(0.4)
     return chunk
