@@ -53,8 +53,9 @@ CHUNK = "chunk"
 
 
 class KernelRef:
-    """A kernel as tasks carry it to workers (see `_ShippingPickler`); each process
-    unpickles it once and reuses the kernel, with its compiled code."""
+    """A kernel as tasks carry it to workers (see `_ShippingPickler`); each worker process
+    unpickles it once and reuses the kernel, with its compiled code. The calling process
+    keeps the kernel object it was given (a module reloaded since is then no stale hit)."""
 
     _built: dict[str, Kernel] = {}
 
@@ -67,12 +68,14 @@ class KernelRef:
                               f"it reads cannot be pickled ({exc})") from None
         self.blob = buffer.getvalue()
         self.digest = hashlib.sha256(self.blob).hexdigest()
-        self._built.setdefault(self.digest, kernel)
+        self.kernel: Kernel | None = kernel
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"blob": self.blob, "digest": self.digest}
+        return {"blob": self.blob, "digest": self.digest, "kernel": None}
 
     def get(self) -> Kernel:
+        if self.kernel is not None:
+            return self.kernel
         found = self._built.get(self.digest)
         if found is None:
             found = self._built[self.digest] = pickle.loads(self.blob)
@@ -115,9 +118,15 @@ def _import_path(obj: Any) -> tuple[str, str] | None:
 
 
 def _import(module: str, qualname: str) -> Any:
-    found = importlib.import_module(module)
-    for part in qualname.split("."):
-        found = getattr(found, part)
+    try:
+        found = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise LaunchError(f"kiln.dask: this worker cannot import {qualname} from {module} "
+                          f"({exc}); workers import the modules that kernels are defined "
+                          "in, so make it importable there (installed, or on sys.path)"
+                          ) from None
     return found
 
 
@@ -182,6 +191,7 @@ class ChunkLaunch:
     def __init__(self, kernel: Kernel, args: Sequence[Any], out: str | Sequence[str],
                  device: str | None, halo: int = 0, on_device: bool = False) -> None:
         self.name, self.out = kernel.name, _output_names(kernel, out)
+        self.__name__ = kernel.name  # what Dask names the tasks after (dashboards, keys)
         params = dict(kernel.signature)
         self.annotations = [_output_type(kernel, name, params.get(name, False))
                             for name in self.out]
@@ -401,6 +411,7 @@ class PartialSum:
                               "initial= (e.g. -np.inf for a maximum)")
         dtype = task.dtypes[0]
         self.task, self.combine, self.initial = task, combine, None
+        self.__name__ = f"{task.name}-partial"
         if initial is not None:
             try:
                 with np.errstate(invalid="raise", over="raise"):
@@ -454,14 +465,14 @@ def _refuse_compute(chunks: Any) -> Any:
 
 
 def _kept(task: ChunkLaunch, array: da.Array) -> da.Array:
-    if not task.on_device:
-        return array
-    return DeviceChunks(array.dask, array.name, array.chunks, array.dtype,
-                        np.empty((0,) * array.ndim, array.dtype))
+    return _device_chunks(array) if task.on_device else array
 
 
 def _kept_again(dsk: Any, rebuild: Any, *args: Any, rename: Any = None) -> DeviceChunks:
-    array = rebuild(dsk, *args, rename=rename)
+    return _device_chunks(rebuild(dsk, *args, rename=rename))
+
+
+def _device_chunks(array: da.Array) -> DeviceChunks:
     return DeviceChunks(array.dask, array.name, array.chunks, array.dtype,
                         np.empty((0,) * array.ndim, array.dtype))
 

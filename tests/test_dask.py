@@ -3,6 +3,7 @@ workers (one killed in the middle), compared with one device and NumPy."""
 
 from __future__ import annotations
 
+import importlib
 import linecache
 import os
 import signal
@@ -74,6 +75,7 @@ def test_map_blocks_matches_numpy():
     dx, dy = da.from_array(x, chunks=3000), da.from_array(y, chunks=3000)
     z = kd.map_blocks(saxpy, dx, dy, np.float32(2), kiln.shard_rows, out="out")
     assert z.dtype == np.float32 and z.chunks == dx.chunks
+    assert z.name.startswith("saxpy-")  # Dask's dashboard shows the kernel's name
     assert np.array_equal(z.compute(), np.float32(2) * x + y)
 
 
@@ -92,9 +94,9 @@ def test_every_entry_gives_each_chunk_its_start(device):
                         kiln.shard_rows, out="out", device=device)
     assert np.array_equal(out.compute(), m + np.arange(50, dtype=np.float32)[:, None])
     ones = da.ones((1000, 3), dtype=np.int32, chunks=((300, 0, 450, 250), (2, 1)))
-    total = kd.reduction(weighted, ones, kiln.shard_start, kiln.shard_rows, out="acc",
-                         device=device)
-    assert int(total.compute()) == 3 * 499_500
+    weighted_sum = kd.reduction(weighted, ones, kiln.shard_start, kiln.shard_rows, out="acc",
+                                device=device)
+    assert int(weighted_sum.compute()) == 3 * 499_500  # 3 * sum(i for i < 1000)
     smooth = kd.map_overlap(smooth_rows, da.from_array(m, chunks=((13, 7, 30), 7)),
                             kiln.shard_start, kiln.shard_rows, 50, out="out", depth=1,
                             device=device)
@@ -264,6 +266,36 @@ def test_tasks_do_not_carry_the_input_arrays():
     assert len(cloudpickle.dumps(partial)) < 20_000
 
 
+RELOADED = """
+import kiln
+from kiln import f32, i32
+
+
+@kiln.kernel
+def edited(x: f32[:], out: f32[:], rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        out[i] = x[i] * {factor}
+"""
+
+
+def test_a_reloaded_module_runs_its_new_kernel(tmp_path, monkeypatch):
+    """An edited module, reloaded (as autoreload does in a notebook), sends its new kernel:
+    the same module and name must not find the old one."""
+    module = tmp_path / "kiln_dask_edited.py"
+    module.write_text(RELOADED.format(factor="2.0"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kiln_dask_edited", raising=False)  # gone afterwards
+    edited = importlib.import_module("kiln_dask_edited")
+    dx = da.from_array(data(100, 19), chunks=40)
+    assert np.array_equal(kd.map_blocks(edited.edited, dx, kiln.shard_rows, out="out").compute(),
+                          dx.compute() * 2)
+    module.write_text(RELOADED.format(factor="3.0") + "\n")  # a new size: reload sees it
+    importlib.reload(edited)
+    assert np.array_equal(kd.map_blocks(edited.edited, dx, kiln.shard_rows, out="out").compute(),
+                          dx.compute() * 3)
+
+
 def test_numpy_arrays_are_split_as_the_dask_array_is():
     x, y = data(100, 15), data(100, 16)
     z = kd.map_blocks(saxpy, da.from_array(x, chunks=30), y, np.float32(2), kiln.shard_rows,
@@ -370,6 +402,18 @@ def test_kernels_workers_cannot_import_travel_by_value(cluster, monkeypatch):
     with pytest.raises(kiln.UnknownNameError, match=rf"cell-1\.py \(shipped [0-9a-f]+\):{line}:"
                                                     r".*undefined_scale"):
         kd.map_blocks(cell["broken"], dx, kiln.shard_rows, out="out").compute()
+
+
+def test_a_module_workers_cannot_import_is_a_clear_error(cluster, tmp_path, monkeypatch):
+    """A kernel's module on this process's path only (added after the workers started)."""
+    (tmp_path / "kiln_dask_here_only.py").write_text(RELOADED.format(factor="2.0"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kiln_dask_here_only", raising=False)
+    here = importlib.import_module("kiln_dask_here_only")
+    dx = da.from_array(data(100, 20), chunks=50)
+    with pytest.raises(kiln.LaunchError, match=r"this worker cannot import edited from "
+                                               r"kiln_dask_here_only \(No module named"):
+        kd.map_blocks(here.edited, dx, kiln.shard_rows, out="out").compute()
 
 
 def _slow(chunk: np.ndarray) -> np.ndarray:
