@@ -47,9 +47,11 @@ class KernelOptions:
     every backend, so results round as written; docs/language.md, contraction)."""
     debug: bool = option(os.environ.get("KILN_DEBUG", "") not in ("", "0"), "True or False",
                          _is_bool)
-    """Check every array index at run time on every backend (the interp always does): an
-    index out of bounds raises `IndexOutOfBoundsError` at the launch's next synchronisation.
-    `KILN_DEBUG=1` in the environment (read when kiln is imported) turns it on for all."""
+    """Check every index at run time on every backend: of arrays (the interp always does),
+    and of views against their own extent, with slices' bounds (docs/language.md, Bounds).
+    An index out of bounds raises `IndexOutOfBoundsError` at the launch's next
+    synchronisation. `KILN_DEBUG=1` in the environment (read when kiln is imported) turns
+    it on for all."""
     max_depth: int | None = option(None, "a positive int or None", _positive_int_or_none)
     """How deep a recursive `@kiln.func` is inlined on backends that cannot recurse."""
 

@@ -388,3 +388,20 @@ def test_checks_of_an_unread_view_are_kept_as_statements_without_warnings() -> N
     source = bad_slice.source("opencl")
     assert source.count("kiln_check_bound_i32") == 3  # the checker, then `lo` and `hi`
     assert "(void)(" in source  # a C compiler warns of a statement `0 + check(lo, ...);`
+
+
+@kiln.kernel(debug=True)
+def view_bound_again(m: f32[:, :], out: f32[:], j: i32, n: i32):
+    row = m[0, 0:n]
+    for t in range(3):
+        out[t] = row[j + t]  # error
+        row = m[t + 1]  # the whole row from now on: checked against its 4 elements
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_view_bound_again_is_checked_against_its_latest_extent(backend: str) -> None:
+    m, out = np.arange(16, dtype=np.float32).reshape(4, 4), np.zeros(3, np.float32)
+    assert report(view_bound_again, backend, m, out, 1, 2) is None
+    np.testing.assert_array_equal(out, [1, 6, 11])
+    assert report(view_bound_again, backend, m, out, 2, 2) == \
+        "read `row[2]`, outside its 2 elements"

@@ -235,6 +235,8 @@ class Views(Part):
             fields = {}
             for field in ("index", "start", "length", "extent"):
                 value = getattr(axis, field)
+                if field == "extent" and axis.index is None and self.fb.ctx.checked:
+                    value = axis.checked_extent  # one to assign again in a checked program
                 if value is None:
                     continue
                 target = getattr(old.axes[k], field) if old is not None else None
