@@ -71,8 +71,8 @@ class Device:
 class Stream:
     """An in-order queue of work on one device."""
 
-    def __init__(self, device: Device | None = None) -> None:
-        self.device = device or default_device()
+    def __init__(self, device: Device | str | None = None) -> None:
+        self.device = _resolve(device)
         self.handle = self.device.backend.queue.create_stream(self.device)
         self.device.streams.add(self)
         self.pending: dict[int, StatusWatch] = {}  # launches with run-time checks
@@ -114,8 +114,8 @@ class Event:
     returns at once. An event belongs to its device: it is recorded on that device's
     streams only."""
 
-    def __init__(self, device: Device | None = None) -> None:
-        self.device = device or default_device()
+    def __init__(self, device: Device | str | None = None) -> None:
+        self.device = _resolve(device)
         self.handle = self.device.backend.queue.create_event(self.device)
         self._recorded = False
         self._watches: list[StatusWatch] = []
@@ -206,6 +206,9 @@ def device(spec: str | Device | None = None) -> Device:
     """
     if isinstance(spec, Device):
         return spec
+    if spec is not None and not isinstance(spec, str):
+        raise TypeError(f"a device is a kiln.Device or a spec such as 'cuda:0' or 'cpu', "
+                        f"not {type(spec).__name__} {spec!r}")
     if spec is None:
         spec = os.environ.get("KILN_BACKEND") or None
     if spec is None:
@@ -228,6 +231,11 @@ def device(spec: str | Device | None = None) -> Device:
     if not index.isdigit() or int(index) >= len(devs):
         raise DeviceNotFoundError(f"{spec!r}: backend {name!r} has devices 0..{len(devs) - 1}")
     return devs[int(index)]
+
+
+def _resolve(spec: Device | str | None) -> Device:
+    """`device(spec)`, for the methods whose parameter `device` hides the function."""
+    return device(spec)
 
 
 def devices_of(entry: BackendEntry) -> list[Device]:
