@@ -233,6 +233,7 @@ def test_bad_shapes_and_dtypes_are_refused_at_once(dev: kiln.Device, make: Any) 
             kiln.empty(4, dtype, dev)
     assert kiln.empty(np.int64(3), device=dev).shape == (3,)
     assert kiln.zeros([2, np.int32(0)], device=dev).numpy().shape == (2, 0)
+    assert kiln.empty(np.array([2, 3]), device=dev).shape == (2, 3)
 
 
 def test_big_endian_data_arrives_in_the_devices_byte_order(dev: kiln.Device) -> None:

@@ -231,8 +231,11 @@ def _layout(shape: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
 
 
 def _dims(shape: Any) -> tuple[int, ...]:
-    """`shape` (an int, or a tuple or list of ints) as a tuple of non-negative ints."""
-    parts = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    """`shape` (an int, or a tuple, list or 1-d NumPy array of ints) as a tuple of
+    non-negative ints."""
+    sequence = isinstance(shape, (tuple, list)) or (isinstance(shape, np.ndarray)
+                                                    and shape.ndim == 1)
+    parts = tuple(shape) if sequence else (shape,)
     for n in parts:
         if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
             raise TypeError(f"array shapes are ints or tuples of ints, got {shape!r}")
