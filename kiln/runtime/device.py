@@ -172,15 +172,21 @@ def stream_on(device: Device, stream: Stream | None, doing: str) -> Stream:
     """The stream that work `doing` something on `device` is queued on: `stream`, which
     must be one of `device`'s (a stream orders only its own device's work, and a backend
     handle of another device or backend would lose it), or the device's default one."""
+    stream = as_stream(stream, doing)
     if stream is None:
         return device.default_stream
-    if not isinstance(stream, Stream):
-        raise TypeError(f"{doing}: stream= takes a kiln.Stream, got {type(stream).__name__} "
-                        f"{stream!r}")
     if stream.device is not device:
         raise DeviceMismatchError(
             f"{doing}: the stream is on {stream.device.name}, not {device.name}; pass a "
             f"stream of {device.name} (kiln.Stream({device.name!r})) or none for its default")
+    return stream
+
+
+def as_stream(stream: Any, doing: str) -> Stream | None:
+    """`stream`, refused unless it is a kiln.Stream (or None)."""
+    if stream is not None and not isinstance(stream, Stream):
+        raise TypeError(f"{doing}: stream= takes a kiln.Stream, got {type(stream).__name__} "
+                        f"{stream!r}")
     return stream
 
 
