@@ -233,6 +233,7 @@ def test_bad_shapes_and_dtypes_are_refused_at_once(dev: kiln.Device, make: Any) 
             kiln.empty(4, dtype, dev)
     assert kiln.empty(np.int64(3), device=dev).shape == (3,)
     assert kiln.zeros([2, np.int32(0)], device=dev).numpy().shape == (2, 0)
+    assert kiln.empty(np.array([2, 3]), device=dev).shape == (2, 3)
 
 
 def test_big_endian_data_arrives_in_the_devices_byte_order(dev: kiln.Device) -> None:
@@ -370,3 +371,33 @@ def test_a_device_synchronisation_reports_every_stream_once(dev: kiln.Device) ->
     finishes(dev.synchronize)  # nothing left over from either stream
     for stream in streams:
         finishes(stream.synchronize)
+
+
+def test_device_arrays_are_copied_by_name_not_implicitly(dev: kiln.Device,
+                                                          other: kiln.Device) -> None:
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a = kiln.to_device(host, dev)
+    with pytest.raises(TypeError, match=r"not converted to a NumPy array implicitly.*numpy\(\)"):
+        np.asarray(a)
+    with pytest.raises(TypeError, match="implicitly"):
+        a.copy_from_host(kiln.zeros((3, 4), f32, dev))  # type: ignore[arg-type]
+    for target in (dev, other):
+        copy = kiln.to_device(a, target)  # a copy, as CuPy's asarray of a device array
+        assert copy.device is target and copy.buffer is not a.buffer
+        np.testing.assert_array_equal(copy.numpy(), host)
+        np.testing.assert_array_equal(kiln.to_device(a[:, 1], target).numpy(), host[:, 1])
+        stream = kiln.Stream(target)
+        queued = kiln.to_device(a[1:], target, stream=stream)
+        stream.synchronize()
+        np.testing.assert_array_equal(queued.numpy(), host[1:])
+
+
+def test_streams_and_events_take_device_specs(dev: kiln.Device) -> None:
+    assert kiln.Stream(dev.name).device is dev and kiln.Event(dev.name).device is dev
+    for bad in (3, 1.5, [dev]):
+        with pytest.raises(TypeError, match="a device is a kiln.Device or a spec"):
+            kiln.Stream(bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="a device is a kiln.Device or a spec"):
+            kiln.Event(bad)  # type: ignore[arg-type]
+    with pytest.raises(kiln.DeviceNotFoundError):
+        kiln.Stream("nonesuch")

@@ -228,12 +228,17 @@ def test_combine_reports_every_failing_device(two_devices):
 
 def test_gather_refuses_an_out_that_does_not_fit(parts):
     xs = kiln.shard(np.arange(12, dtype=np.float32).reshape(6, 2), parts)
-    for out in (np.zeros((5, 2), np.float32), np.zeros(12, np.float32),
-                np.zeros((6, 2), np.float64), [0.0] * 12):
-        with pytest.raises(kiln.CopyError, match=r"float32 array of shape \(6, 2\)"):
+    readonly = np.zeros((6, 2), np.float32)
+    readonly.flags.writeable = False
+    for out, given in ((np.zeros((5, 2), np.float32), r"its shape is \(5, 2\)"),
+                       (np.zeros(12, np.float32), r"its shape is \(12,\)"),
+                       (np.zeros((6, 2), np.float64), "its dtype is float64"),
+                       (np.zeros((6, 4), np.float32)[:, ::2], "it is not C-contiguous"),
+                       (readonly, "it is read-only")):
+        with pytest.raises(kiln.CopyError, match=r"float32 array of shape \(6, 2\); " + given):
             xs.gather(out)
-    with pytest.raises(kiln.ShardError, match="not C-contiguous"):
-        xs.gather(np.zeros((6, 4), np.float32)[:, ::2])
+    with pytest.raises(kiln.CopyError, match="takes a NumPy array, got list"):
+        xs.gather([0.0] * 12)
     out = np.zeros((6, 2), np.float32)
     assert xs.gather(out) is out
     np.testing.assert_array_equal(out, np.arange(12).reshape(6, 2))

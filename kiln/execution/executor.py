@@ -31,7 +31,7 @@ from ..ir.types import (
 )
 from ..lang.records import argument_error, kiln_type_of
 from ..runtime.array import DeviceArray, DeviceArrayView, stage_host
-from ..runtime.device import Device, Stream, stream_on
+from ..runtime.device import Device, Stream, as_stream, stream_on
 from ..runtime.device import device as resolve_device
 from ..runtime.interop import adopt
 from ..runtime.status import StatusWatch
@@ -177,9 +177,8 @@ def pick_device(args: Sequence[Any], device: Device | str | None) -> Device:
 def launch_device(name: str, args: Sequence[Any], device: Device | str | None,
                   stream: Stream | None) -> Device:
     """The device a launch runs on: `device`, else the stream's, else the first device
-    array's, else the default; a stream of another device (or no stream) is refused."""
-    if stream is not None and not isinstance(stream, Stream):
-        stream_on(resolve_device(device), stream, f"launching {name}")  # raises TypeError
+    array's, else the default; a stream of another device (or not a stream) is refused."""
+    stream = as_stream(stream, f"launching {name}")
     dev = stream.device if stream is not None and device is None else pick_device(args, device)
     stream_on(dev, stream, f"launching {name} on {dev.name}")
     return dev

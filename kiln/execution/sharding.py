@@ -17,8 +17,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import CopyError, LaunchError
-from ..runtime.array import DeviceArray, DeviceArrayView, _layout, copy_array, empty, full, zeros
+from ..errors import LaunchError
+from ..runtime.array import (
+    DeviceArray,
+    DeviceArrayView,
+    _layout,
+    check_out,
+    copy_array,
+    empty,
+    full,
+    zeros,
+)
 from ..runtime.device import device as resolve_device
 from .kernel import launch
 
@@ -115,14 +124,7 @@ class ShardedArray:
         """The whole array on the host (in `out`, of the array's shape and dtype, when
         given), once every shard's queued work is done. Every shard is waited for even when
         one fails, and their failures are raised together, once (`ShardError`)."""
-        if out is None:
-            out = np.empty(self.shape, self.dtype)
-        elif not isinstance(out, np.ndarray) or out.shape != self.shape \
-                or out.dtype != self.dtype:
-            given = (f"shape {out.shape} and dtype {out.dtype}" if isinstance(out, np.ndarray)
-                     else type(out).__name__)
-            raise CopyError(f"gather(out=): out must be a {self.dtype} array of shape "
-                            f"{self.shape}; got {given}")
+        out = np.empty(self.shape, self.dtype) if out is None else check_out(self, out)
         _on_every_shard(self.shards, "gathering",
                         lambda shard: shard.owned.copy_to_host(out[shard.start:shard.stop]))
         return out

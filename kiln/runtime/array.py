@@ -51,6 +51,12 @@ class DeviceArray:
         others are `DeviceArrayView`s, which copy to the host but not to kernels."""
         return view_of(self, key)
 
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """Refused, as CuPy refuses it: reading device memory waits for the device and
+        copies, so it is asked for by name."""
+        raise TypeError("a kiln.DeviceArray is not converted to a NumPy array implicitly: "
+                        "call .numpy() (or .to(device) to copy it to another device)")
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
@@ -146,15 +152,17 @@ class DeviceArray:
         self.device.backend.allocator.copy_host_to_device(self.buffer, src, stream.handle)
 
 
-def check_out(array: DeviceArray, out: Any) -> np.ndarray:
-    """`out`, when a copy of `array` can go there: a NumPy array of its shape and dtype,
-    C-contiguous and writeable (as Numba's `copy_to_host(ary)` and CuPy's `get(out=)` ask);
-    otherwise a CopyError naming what was expected and what was given."""
+def check_out(array: DeviceArray | Any, out: Any) -> np.ndarray:
+    """`out`, when a copy of `array` (anything with a shape and a dtype) can go there: a
+    NumPy array of its shape and dtype, C-contiguous and writeable (as Numba's
+    `copy_to_host(ary)` and CuPy's `get(out=)` ask); otherwise a CopyError naming what was
+    expected and what was given."""
     if not isinstance(out, np.ndarray):
         raise CopyError(f"out= takes a NumPy array, got {type(out).__name__}")
-    expected = f"a C-contiguous, writeable {array.dtype} array of shape {array.shape}"
-    problem = ("its shape is " + str(out.shape) if out.shape != array.shape
-               else f"its dtype is {out.dtype}" if out.dtype != array.dtype
+    shape, dtype = tuple(array.shape), np.dtype(array.dtype)
+    expected = f"a C-contiguous, writeable {dtype} array of shape {shape}"
+    problem = ("its shape is " + str(out.shape) if out.shape != shape
+               else f"its dtype is {out.dtype}" if out.dtype != dtype
                else f"it is not C-contiguous (strides {out.strides})"
                if not out.flags.c_contiguous
                else "it is read-only" if not out.flags.writeable else "")
@@ -223,8 +231,11 @@ def _layout(shape: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
 
 
 def _dims(shape: Any) -> tuple[int, ...]:
-    """`shape` (an int, or a tuple or list of ints) as a tuple of non-negative ints."""
-    parts = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    """`shape` (an int, or a tuple, list or 1-d NumPy array of ints) as a tuple of
+    non-negative ints."""
+    sequence = isinstance(shape, (tuple, list)) or (isinstance(shape, np.ndarray)
+                                                    and shape.ndim == 1)
+    parts = tuple(shape) if sequence else (shape,)
     for n in parts:
         if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
             raise TypeError(f"array shapes are ints or tuples of ints, got {shape!r}")
@@ -243,17 +254,23 @@ def empty(shape: int | tuple[int, ...], dtype: Any = np.float32,
 
 def to_device(array: Any, device: Device | str | None = None,
               stream: Stream | None = None) -> DeviceArray:
-    """Copy a NumPy array to a device: on every backend the result owns its memory, as
-    Numba's `cuda.to_device` and CuPy's `asarray` do (`as_device_array` shares instead).
+    """Copy a NumPy array (or anything NumPy takes, or a device array of any device) to a
+    device: on every backend the result owns its memory, as Numba's `cuda.to_device` and
+    CuPy's `asarray` do (`as_device_array` shares instead).
     Without a stream the copy has finished on return, so launches on any stream see it;
     with one it is queued there."""
     dev = resolve_device(device)
     queue = stream_on(dev, stream, "kiln.to_device")
-    host = np.asarray(array)
-    if not host.dtype.isnative:  # big-endian data: kernels read the device's byte order
-        host = host.astype(host.dtype.newbyteorder("="))
-    out = empty(host.shape, host.dtype, dev)
-    out.copy_from_host(host, queue)
+    if isinstance(array, DeviceArrayView):  # not one block of memory: through the host
+        array = array.numpy()
+    if isinstance(array, DeviceArray):  # as CuPy's asarray of a device array: a copy
+        out = array.to(dev, queue)
+    else:
+        host = np.asarray(array)
+        if not host.dtype.isnative:  # big-endian data: kernels read the device's byte order
+            host = host.astype(host.dtype.newbyteorder("="))
+        out = empty(host.shape, host.dtype, dev)
+        out.copy_from_host(host, queue)
     if stream is None:
         queue.synchronize()
     return out

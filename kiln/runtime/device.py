@@ -71,8 +71,8 @@ class Device:
 class Stream:
     """An in-order queue of work on one device."""
 
-    def __init__(self, device: Device | None = None) -> None:
-        self.device = device or default_device()
+    def __init__(self, device: Device | str | None = None) -> None:
+        self.device = _resolve(device)
         self.handle = self.device.backend.queue.create_stream(self.device)
         self.device.streams.add(self)
         self.pending: dict[int, StatusWatch] = {}  # launches with run-time checks
@@ -114,8 +114,8 @@ class Event:
     returns at once. An event belongs to its device: it is recorded on that device's
     streams only."""
 
-    def __init__(self, device: Device | None = None) -> None:
-        self.device = device or default_device()
+    def __init__(self, device: Device | str | None = None) -> None:
+        self.device = _resolve(device)
         self.handle = self.device.backend.queue.create_event(self.device)
         self._recorded = False
         self._watches: list[StatusWatch] = []
@@ -172,15 +172,21 @@ def stream_on(device: Device, stream: Stream | None, doing: str) -> Stream:
     """The stream that work `doing` something on `device` is queued on: `stream`, which
     must be one of `device`'s (a stream orders only its own device's work, and a backend
     handle of another device or backend would lose it), or the device's default one."""
+    stream = as_stream(stream, doing)
     if stream is None:
         return device.default_stream
-    if not isinstance(stream, Stream):
-        raise TypeError(f"{doing}: stream= takes a kiln.Stream, got {type(stream).__name__} "
-                        f"{stream!r}")
     if stream.device is not device:
         raise DeviceMismatchError(
             f"{doing}: the stream is on {stream.device.name}, not {device.name}; pass a "
             f"stream of {device.name} (kiln.Stream({device.name!r})) or none for its default")
+    return stream
+
+
+def as_stream(stream: Any, doing: str) -> Stream | None:
+    """`stream`, refused unless it is a kiln.Stream (or None)."""
+    if stream is not None and not isinstance(stream, Stream):
+        raise TypeError(f"{doing}: stream= takes a kiln.Stream, got {type(stream).__name__} "
+                        f"{stream!r}")
     return stream
 
 
@@ -206,6 +212,9 @@ def device(spec: str | Device | None = None) -> Device:
     """
     if isinstance(spec, Device):
         return spec
+    if spec is not None and not isinstance(spec, str):
+        raise TypeError(f"a device is a kiln.Device or a spec such as 'cuda:0' or 'cpu', "
+                        f"not {type(spec).__name__} {spec!r}")
     if spec is None:
         spec = os.environ.get("KILN_BACKEND") or None
     if spec is None:
@@ -228,6 +237,11 @@ def device(spec: str | Device | None = None) -> Device:
     if not index.isdigit() or int(index) >= len(devs):
         raise DeviceNotFoundError(f"{spec!r}: backend {name!r} has devices 0..{len(devs) - 1}")
     return devs[int(index)]
+
+
+def _resolve(spec: Device | str | None) -> Device:
+    """`device(spec)`, for the methods whose parameter `device` hides the function."""
+    return device(spec)
 
 
 def devices_of(entry: BackendEntry) -> list[Device]:
