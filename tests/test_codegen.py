@@ -87,7 +87,9 @@ def test_literals_and_names() -> None:
     e = CEmitter()
     assert e.literal(1.5, f32).text == "1.5f"
     assert e.literal(1.0, kiln.f64).text == "1.0"
-    assert e.literal(float("inf"), f32).text == "INFINITY"
+    assert e.literal(float("inf"), f32).text == "(1.0f / 0.0f)"  # constant in initialisers
+    assert e.literal(float("-inf"), kiln.f64).text == "(-1.0 / 0.0)"
+    assert e.literal(float("nan"), f32).text == "(0.0f / 0.0f)"
     assert e.literal(-2**31, i32).text == "(-2147483647 - 1)"
     assert e.literal(7, i64).text == "7LL" and e.literal(7, u32).text == "7u"
     assert e.literal(3, kiln.i8).text == "(int8_t)3"

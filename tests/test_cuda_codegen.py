@@ -181,3 +181,23 @@ def test_dim_launch_variant_compiles_to_ptx() -> None:
     ptx = kiln_nvrtc.compile_source(src, "scale", PTX_OPTIONS, "ptx")
     assert b".entry" in ptx
     assert "kiln_size" not in scale.source("cuda")  # explicit launches: the kernel as written
+
+
+SPECIALS = np.array([np.inf, -np.inf, np.nan, -0.0], np.float32)
+SPECIALS_F64 = np.array([np.inf, -np.inf, np.nan, 1e300], np.float64)
+
+
+@kiln.kernel
+def reads_specials(out: f32[:], wide: f64[:]):
+    i = kiln.global_id(0)
+    out[i] = SPECIALS[i]
+    wide[i] = SPECIALS_F64[i]
+
+
+def test_tables_with_infinities_and_nans_compile_to_constant_memory() -> None:
+    """`__constant__` takes no dynamic initialiser (INFINITY is `__int_as_float` here): the
+    values are constant expressions, in the PTX's .const data."""
+    src = reads_specials.source("cuda")
+    assert "(1.0f / 0.0f), (-1.0f / 0.0f), (0.0f / 0.0f)" in src
+    ptx = kiln_nvrtc.compile_source(src, "reads_specials", PTX_OPTIONS, "ptx").decode()
+    assert ".const .align 4 .b8 _kt_SPECIALS[16] = {0, 0, 128, 127, 0, 0, 128, 255," in ptx

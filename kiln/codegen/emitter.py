@@ -18,6 +18,7 @@ from the one the C compiler would assume, so compiler errors name the user's fil
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -99,6 +100,19 @@ def _is_call_text(text: str) -> bool:
         if depth == 0:
             return i == len(text) - 1
     return False
+
+
+def non_finite(v: float, suffix: str) -> str:
+    """An infinity or a NaN as a constant expression every C-family compiler folds, also in
+    initialisers of constant memory: `1.0f / 0.0f`. INFINITY and NAN are not that everywhere:
+    PoCL rejects its NAN in a `__constant` initialiser, and CUDA has neither macro in
+    device code (kiln's are `__int_as_float`, which no `__constant__` initialiser takes). A
+    NaN's sign and payload are the compiler's (gcc and clang fold to 0x7fc00000, NVRTC to
+    0xffc00000)."""
+    one, zero = f"1.0{suffix}", f"0.0{suffix}"
+    if v != v:
+        return f"({zero} / {zero})"
+    return f"({'-' if v < 0 else ''}{one} / {zero})"
 
 
 class CEmitter(Visitor[Any]):
@@ -454,13 +468,9 @@ class CEmitter(Visitor[Any]):
             return CExpr("true" if value else "false")
         if t.is_float:
             v = float(value)
-            if v != v:
-                text = "NAN"
-            elif v in (float("inf"), float("-inf")):
-                text = "INFINITY" if v > 0 else "-INFINITY"
-            else:
-                text = repr(v) + ("f" if t in (f32, f16) else "")
-            if t is f16 or (t is f64 and not text[-1].isdigit()):
+            f = "f" if t in (f32, f16) else ""
+            text = repr(v) + f if math.isfinite(v) else non_finite(v, f)
+            if t is f16:
                 text = f"({self.ctype(t)}){text}"
                 return CExpr(text, UNARY)
             return CExpr(text, UNARY if text.startswith("-") else PRIMARY)

@@ -71,6 +71,7 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
     checks, outs = [], []
     names = ", ".join(f"a{i}" for i in range(len(args)))
     scope: dict[str, Any] = {"DA": DeviceArray, "DEV": dev, "call": call}
+    tables = kernel.tables()
     if inline is not None:
         scope.update(inline[0])
     scope.update({f"B{j}": v for j, v in enumerate(before)})
@@ -97,6 +98,9 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
             outs.append(f"C{i}({a})" if convert else a)
         else:
             return
+    if tables.reads:  # tables changed since the build: the full path builds it again
+        scope["STALE"] = tables.changed
+        checks.append("not STALE()")
     source = (
         "def plan(a):\n"
         f"    if len(a) != {len(args)}:\n        return False\n"

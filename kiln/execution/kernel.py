@@ -27,6 +27,7 @@ from .drivers import frontend
 from .executor import adopt_foreign, bind_launch, check_arity, launch_device, specialize
 from .executor import launch as execute_launch
 from .fastpath import PreparedLaunch, plan_key
+from .tablewatch import TableWatch
 
 if TYPE_CHECKING:
     from ..framework.backend import Backend
@@ -68,6 +69,24 @@ class Kernel(Compilable):
         hit runs none)."""
         self._sized: dict[int, SizedKernel] = {}
         self._sizings: dict[Any, Sizing] = {}
+        self._tables: TableWatch | None = None
+
+    def tables(self) -> TableWatch:
+        """The constant tables this kernel reads, as it was built with them."""
+        if self._tables is None:
+            self._tables = TableWatch(self)
+        return self._tables
+
+    def forget_compiled(self) -> None:
+        """Drop every program, specialisation and launch plan (a table changed): the next
+        launch builds the kernel again, with the tables' new values."""
+        self._programs.clear()
+        self.specializations.clear()
+        self.launch_plans.clear()
+        self._launchers.clear()
+        self._tables = None
+        for sized in self._sized.values():
+            sized.forget_compiled()
 
     def sized(self, rank: int = 1) -> SizedKernel:
         """The variant that `dim=` launches of `rank` axes run (`kiln.ir.passes.launch_size`)."""
@@ -198,6 +217,10 @@ class SizedKernel(Kernel):
                                   "size (dim= runs exactly dim threads, in blocks kiln picks)")
             program = self._programs[arg_types, checked] = bound_to_size(user, self.rank)
         return program
+
+    def forget_compiled(self) -> None:
+        super().forget_compiled()
+        self.kernel._programs.clear()  # the kernel's own launches find the change themselves
 
 
 class Launcher:

@@ -1,8 +1,9 @@
 """Module-level NumPy arrays read by kernels: read-only constant tables.
 
 `LUT = np.array([...], np.float32)` at module level and `LUT[i]` in a kernel or device
-function: the frontend copies the array when it builds the kernel (later changes to the
-NumPy array are not seen, as in Numba), names it `_kt_<name>` in `Program.tables`, and
+function: the frontend copies the array when it builds the kernel (a launch after the NumPy
+array changed builds it again: `kiln.execution.tablewatch`), names it `_kt_<name>` in
+`Program.tables`, and
 gives each function that reads it a local of type `ArrayType(space=CONSTANT, shape=...)`.
 Backends declare it once at program scope: CUDA's `__constant__`, OpenCL's `__constant`,
 C's `static const`; the interp reads the array. The kernel key fingerprints globals by
@@ -46,7 +47,7 @@ def table_expr(builder: FunctionBuilder, array: np.ndarray, node: ast.AST, label
                               "an argument", loc)
     tables = builder.ctx.tables
     name = f"_kt_{label.replace('.', '_')}"
-    while name in tables and not np.array_equal(tables[name], array):
+    while name in tables and not _same(tables[name], array):
         name += "_"
     if name not in tables:
         frozen = np.array(array, copy=True)
@@ -56,3 +57,9 @@ def table_expr(builder: FunctionBuilder, array: np.ndarray, node: ast.AST, label
     builder.scope.local_types[name] = t
     builder.scope.defined.add(name)
     return ir.Var(t, name, loc=loc)
+
+
+def _same(table: np.ndarray, array: np.ndarray) -> bool:
+    """The same table, bit for bit (NaNs included, which `np.array_equal` calls different)."""
+    return (table.dtype == array.dtype and table.shape == array.shape
+            and table.tobytes() == array.tobytes())

@@ -86,10 +86,11 @@ class SerialBackend(CustomBackend):
         frontend, the cpu pipeline and C renderer, then (at the first launch of each block
         shape) the serial build of that C, found by its source in this backend's cache."""
         kernels = self._kernels.setdefault(request.pyfunc, {})
-        key = (request.arg_types, request.options)
+        program = request.frontend()  # the kernel's own cache: built once per signature
+        tables = tuple((name, table.tobytes()) for name, table in program.tables.items())
+        key = (request.arg_types, request.options, tables)  # tables change (kiln.lang.tables)
         found = kernels.get(key)
         if found is None:
-            program = request.frontend()
             for stage in cpu.pipeline(device):
                 program = stage(program)
             compiled: CompiledKernel = cpu.compiler.compile(program, device, request.options)
