@@ -161,3 +161,17 @@ def test_a_wrong_argument_count_names_the_users_parameters(interp: kiln.Device) 
     with pytest.raises(kiln.LaunchError, match=r"count_1d takes 2 argument\(s\) \(out, hits\), "
                                                r"got 1"):
         kiln.launch(count_1d, dim=4, args=(np.zeros(4, np.int32),), device=interp)
+
+
+@pytest.mark.parametrize("bad", [True, 4.0, (4.0,), (True, 2), [4]])
+def test_sizes_equal_to_valid_ones_are_still_checked(interp: kiln.Device, bad: object) -> None:
+    """A size launched before (4, (1, 2)) is remembered; 4.0 or True, equal to it as dict
+    keys, are still errors, and a list is read each time."""
+    out, hits = np.zeros(4, np.int32), np.zeros(1, np.int32)
+    kiln.launch(count_1d, dim=4, args=(out, hits), device=interp)
+    kiln.launch(count_1d, dim=1, args=(out, hits), device=interp)
+    if isinstance(bad, list):
+        kiln.launch(count_1d, dim=bad, args=(out, hits), device=interp)
+        return
+    with pytest.raises(kiln.LaunchError, match="1 to 3 ints"):
+        kiln.launch(count_1d, dim=bad, args=(out, hits), device=interp)

@@ -98,10 +98,9 @@ class Kernel(Compilable):
     def sizing(self, dim: Any, device: Device) -> Sizing:
         """The grid, block and size arguments of a `dim=` launch on `device` (kept per
         size and device: a repeated launch by size pays one lookup)."""
-        try:
-            found = self._sizings.get((dim, device))
-        except TypeError:  # an unhashable size (a list): worked out each time
+        if not _exact_size(dim):  # 4.0 == 4 and True == 1 as keys: checked each time
             return self._new_sizing(dim, device)
+        found = self._sizings.get((dim, device))
         if found is None:
             found = self._new_sizing(dim, device)
             if len(self._sizings) >= MAX_LAUNCHERS:
@@ -194,6 +193,12 @@ class Kernel(Compilable):
     def compile(self, device: Device | str | None = None, *types: Type) -> Specialization:
         """Compile ahead of a launch."""
         return specialize(self, self._types(types), resolve_device(device))
+
+
+def _exact_size(dim: Any) -> bool:
+    """Whether `dim` is a `kiln.dim`, an int or a tuple of ints (no bool, float or list)."""
+    kind = type(dim)
+    return kind is Dim or kind is int or (kind is tuple and all(type(d) is int for d in dim))
 
 
 class SizedKernel(Kernel):
