@@ -35,11 +35,16 @@ OPERATOR_NODES: dict[type, tuple[str, ...]] = {
 }
 
 
+# Nodes the shared passes remove before any backend sees them: `check_bounds` turns each
+# `CheckedIndex` (debug=True's view checks) into a call.
+REMOVED_BEFORE_BACKENDS = frozenset({"CheckedIndex"})
+
+
 def node_classes() -> set[str]:
-    """Every concrete expression and statement class of the IR."""
+    """Every concrete expression and statement class of the IR that backends handle."""
     return {name for name, cls in vars(ir).items()
             if inspect.isclass(cls) and issubclass(cls, (ir.Expr, ir.Stmt))
-            and cls not in (ir.Expr, ir.Stmt)}
+            and cls not in (ir.Expr, ir.Stmt) and name not in REMOVED_BEFORE_BACKENDS}
 
 
 @dataclass
