@@ -704,7 +704,8 @@ def test_block_shapes_are_recorded_and_checked(checked_library) -> None:
     _, lib_dir = checked_library
     manifest = json.loads((lib_dir / "chk.json").read_text())
     shapes = {e["kernel"]: e["block_shapes"] for e in manifest["entry_points"]}
-    assert shapes == {"fill": None, "staged": [[64, 1, 1]], "off_by_one": None}
+    assert shapes == {"fill": None, "staged": [[64, 1, 1]], "off_by_one": None,
+                      "head_of": None}
     header = (lib_dir / "chk.h").read_text()
     assert " *   block: 64x1x1 */\nCHK_API int chk_staged(" in header
     assert " *   block: any shape */\nCHK_API int chk_fill(" in header
@@ -735,6 +736,19 @@ def test_a_debug_kernel_reports_an_index_out_of_bounds(checked_library) -> None:
         lib.off_by_one(4, 64, x, 100)
     lib.off_by_one(4, 64, x, 99)
     np.testing.assert_array_equal(x.copy_to_host(), np.ones(100, np.float32))
+
+
+def test_a_debug_library_checks_views_against_their_own_extent(checked_library) -> None:
+    """A view's index is checked against the view, not only the array under it, in built
+    libraries as in-process: `seg = x[0:4]; seg[4]` is inside `x` and still an error."""
+    _, lib_dir = checked_library
+    lib = kiln.load_library(lib_dir)
+    x = lib.empty(100, np.float32)
+    with pytest.raises(kiln.IndexOutOfBoundsError,
+                       match=r"head_of.*wrote `seg\[4\]`, outside its 4 elements"):
+        lib.head_of(1, 64, x, 5)
+    lib.head_of(1, 64, x, 4)
+    np.testing.assert_array_equal(x.copy_to_host()[:4], np.full(4, 2, np.float32))
 
 
 def test_a_non_debug_build_has_no_checks(tmp_path) -> None:

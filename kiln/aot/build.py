@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..execution.drivers import frontend
 from ..execution.kernel import Kernel
 from ..framework.actions import ActionError, ActionRequest, SpecialisedKernel, action_named
 from ..framework.backend import Backend
 from ..framework.registry import registry, target_pipeline
-from ..ir.passes.bounds import check_bounds
 from ..ir.types import ArrayType, ConstexprType, ScalarType, Type
 
 _C_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -61,9 +61,7 @@ def specialise(kernel: Kernel, types: Sequence[Type], backend: Backend) -> Speci
         if not isinstance(plain, (ScalarType, ConstexprType)):
             raise ActionError(f"{kernel.name}: parameter {name} is {t}; library entry points "
                               "take arrays of scalars, scalars and constexpr values")
-    program = kernel.program(arg_types)
-    if kernel.options.debug and not backend.checks_bounds:
-        program = check_bounds(program)  # as in-process debug launches (execution.drivers)
+    program = frontend(kernel, arg_types, backend)  # with debug=True's checks, as in-process
     for stage in target_pipeline(backend):
         program = stage(program)
     return SpecialisedKernel(kernel.name, arg_types, names, program, kernel.options)

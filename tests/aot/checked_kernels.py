@@ -1,6 +1,6 @@
 """Kernels for the C API's checks (tests/aot/api_checks_client.c): a plain one, one that
 needs blocks of 64 threads (built with `--block staged=64`) and a debug one that writes
-one element past the end."""
+one element past the end, and a debug one that writes past the end of a view."""
 
 import kiln
 from kiln import f32, i32
@@ -28,3 +28,11 @@ def off_by_one(x: f32[:], n: i32):
     i = kiln.global_id(0)
     if i <= n:
         x[i] = f32(1)
+
+
+@kiln.kernel(debug=True)
+def head_of(x: f32[:], n: i32):
+    seg = x[0:4]
+    i = kiln.global_id(0)
+    if i < n:
+        seg[i] = f32(2)
