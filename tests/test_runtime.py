@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -257,10 +256,6 @@ def test_a_plan_with_inlined_launch_statements_checks_then_runs_them(interp) -> 
     class Plans:
         name = "k"
         launch_plans: dict[Any, Any] = {}
-
-        @staticmethod
-        def tables() -> Any:  # reads no constant tables
-            return SimpleNamespace(reads=())
 
     seen: list[tuple[Any, ...]] = []
     a = kiln.zeros(4, f32, interp)

@@ -195,3 +195,43 @@ def test_the_tables_content_is_in_the_kernel_key(tmp_path: Path) -> None:
         keys.append(found.key)
     del sys.modules["table_module"]
     assert keys[0] != keys[1] and keys[0] == keys[2]
+
+
+CONSTS = """
+import numpy as np
+LUT = np.array([1.0, 2.0], np.float32)
+"""
+READER = """
+import kiln
+from kiln import f32
+import table_consts
+
+@kiln.kernel
+def k(out: f32[:]):
+    out[0] = table_consts.LUT[1]
+"""
+
+
+def test_a_table_read_through_a_module_attribute_is_read_anew(tmp_path: Path,
+                                                              interp: kiln.Device) -> None:
+    modules = {}
+    for name, text in (("table_consts", CONSTS), ("table_reader", READER)):
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        modules[name] = sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(modules[name])
+    try:
+        consts, kernel = modules["table_consts"], modules["table_reader"].k
+        out = np.zeros(1, np.float32)
+        for value in (2.0, 5.0):
+            consts.LUT[1] = value
+            kiln.launch(kernel, 1, 1, (out,), device=interp)
+            assert out[0] == value
+        consts.LUT = np.array([0.0, -3.0], np.float32)  # another array under the name
+        kiln.launch(kernel, 1, 1, (out,), device=interp)
+        assert out[0] == -3.0
+    finally:
+        for name in modules:
+            del sys.modules[name]

@@ -232,17 +232,18 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
     if b.watch is not None:
         b.watch.arm()
     elif b.args is args and not b.copy_back and not _lowered(b.arg_types):
-        key = (grid, block, device, stream)
+        key, tables = (grid, block, device, stream), kernel.tables()
         if supports(b.routine, InlineLaunch):  # the launch as statements in the plan itself
             code = b.routine.launch_inline(b.grid, b.block, b.device_args, b.stream.handle)
             remember(kernel, key, args, b.arg_types, b.device, None, (), (), convert=False,
-                     inline=code)
+                     inline=code, tables=tables)
         elif supports(b.routine, FastLaunch):  # its own fast launch; it packs Python numbers
             call = b.routine.launch_target(b.grid, b.block, b.device_args, b.stream.handle)
-            remember(kernel, key, args, b.arg_types, b.device, call, (), (), convert=False)
+            remember(kernel, key, args, b.arg_types, b.device, call, (), (), convert=False,
+                     tables=tables)
         else:
             remember(kernel, key, args, b.arg_types, b.device, b.routine.launch,
-                     (b.grid, b.block), (b.stream.handle,))
+                     (b.grid, b.block), (b.stream.handle,), tables=tables)
     for host, dev_array in b.copy_back:
         if dev_array._host is host:  # zero-copy: the launch writes host memory; wait for it
             b.stream.synchronize()

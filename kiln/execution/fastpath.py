@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..runtime.device import Device
     from .executor import BoundLaunch
     from .kernel import Kernel
+    from .tablewatch import TableWatch
 
 Plan = Callable[[Sequence[Any]], bool]
 _SCALAR_TYPES = (bool, int, float, np.generic)
@@ -52,7 +53,8 @@ def try_plan(kernel: Kernel, grid: Any, block: Any, device: Any, stream: Any,
 def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
              arg_types: tuple[Type, ...], dev: Device, call: Callable[..., None] | None,
              before: tuple[Any, ...], after: tuple[Any, ...], convert: bool = True,
-             inline: tuple[dict[str, Any], list[str]] | None = None) -> None:
+             inline: tuple[dict[str, Any], list[str]] | None = None,
+             tables: TableWatch | None = None) -> None:
     """Compile and store the plan for a launch that just passed the full checks; `key` is
     its (grid, block, device, stream), as the launch was given them.
 
@@ -62,7 +64,8 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
     (which need copies or adoption) get no plan. With `inline` (names and statements over
     the arguments `a0, a1, ...`, from a backend's `launch_inline`), the plan runs those
     statements instead of calling `call` (None then): one function checks, packs and
-    launches.
+    launches. With `tables` (the kernel's constant tables, `kiln.execution.tablewatch`),
+    the plan declines once one changed since the build.
     """
     try:
         hash(key)
@@ -71,7 +74,6 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
     checks, outs = [], []
     names = ", ".join(f"a{i}" for i in range(len(args)))
     scope: dict[str, Any] = {"DA": DeviceArray, "DEV": dev, "call": call}
-    tables = kernel.tables()
     if inline is not None:
         scope.update(inline[0])
     scope.update({f"B{j}": v for j, v in enumerate(before)})
@@ -98,7 +100,7 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
             outs.append(f"C{i}({a})" if convert else a)
         else:
             return
-    if tables.reads:  # tables changed since the build: the full path builds it again
+    if tables is not None and tables.reads:  # changed: the full path builds it again
         scope["STALE"] = tables.changed
         checks.append("not STALE()")
     source = (
