@@ -255,15 +255,26 @@ def test_an_unrecorded_event_counts_as_complete(dev: kiln.Device) -> None:
         kiln.Event(dev).record().elapsed_time(event)
 
 
+@kiln.kernel
+def spin(x: f32[:], steps: i32):
+    """Busy work that keeps a GPU going for milliseconds with a handful of threads."""
+    i = kiln.global_id(0)
+    acc = x[i]
+    for _ in range(steps):
+        acc = acc * f32(0.999) + f32(1.0)
+    x[i] = acc
+
+
 def test_elapsed_time_waits_for_the_end(dev: kiln.Device) -> None:
-    n = 1 << 16
-    x = kiln.to_device(np.ones(n, np.float32), dev)
-    kiln.launch(scale, dim=n, args=(x, 1.0, n), device=dev)
+    steps = 1 << 22 if dev.backend.name == "cuda" else 1 << 8  # ~10 ms on an H100
+    x = kiln.zeros(32, f32, dev)
+    kiln.launch(spin, 1, 32, (x, 1), device=dev)
+    dev.synchronize()  # compiled
     start = kiln.Event(dev).record()
-    for _ in range(20):
-        kiln.launch(scale, dim=n, args=(x, 1.0, n), device=dev)
+    kiln.launch(spin, 1, 32, (x, steps), device=dev)
     end = kiln.Event(dev).record()
-    assert finishes(lambda: start.elapsed_time(end)) >= 0  # at once: the end is still queued
+    assert finishes(lambda: start.elapsed_time(end)) > 0  # at once: the end is still queued
+    assert end.query()
 
 
 @pytest.mark.parametrize("dev", CHECKED, indirect=True)
