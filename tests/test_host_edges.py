@@ -412,3 +412,38 @@ def test_streams_and_events_take_device_specs(dev: kiln.Device) -> None:
             kiln.Event(bad)  # type: ignore[arg-type]
     with pytest.raises(kiln.DeviceNotFoundError):
         kiln.Stream("nonesuch")
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4)])
+def test_empty_arrays_copy_in_every_direction(dev: kiln.Device, other: kiln.Device,
+                                              shape: tuple[int, ...]) -> None:
+    host = np.zeros(shape, np.float32)
+    a = kiln.to_device(host, dev)
+    for result in (a.numpy(), a.copy().numpy(), a.to(other).numpy(),
+                   kiln.to_device(a, other).numpy(), a.copy_to_host(np.empty(shape, np.float32)),
+                   kiln.empty(shape, f32, dev).numpy(), kiln.zeros(shape, f32, dev).numpy()):
+        assert result.shape == shape and result.dtype == np.float32
+    a.copy_from_host(host)
+    assert a[..., 0:0].numpy().shape == (*shape[:-1], 0)
+
+
+def test_views_of_views_copy_in_every_direction(dev: kiln.Device, other: kiln.Device) -> None:
+    host = np.arange(6 * 8 * 5, dtype=np.float32).reshape(6, 8, 5)
+    a = kiln.to_device(host, dev)
+    for first, second in (((slice(1, 5),), (slice(1, 3),)), ((slice(None), slice(2, 6)), (1,)),
+                          ((2,), (slice(1, 7, 2),)), ((slice(None, None, 2),), (slice(1, None), 3)),
+                          ((1,), (slice(0, 0),)), ((4,), (Ellipsis, slice(1, 4)))):
+        expected = host[first][second]
+        view = a[first][second]
+        np.testing.assert_array_equal(view.numpy(), expected)
+        np.testing.assert_array_equal(view.copy().numpy(), expected)
+        np.testing.assert_array_equal(kiln.to_device(view, other).numpy(), expected)
+        out = np.empty(expected.shape, np.float32)
+        np.testing.assert_array_equal(view.copy_to_host(out), expected)
+        if type(view) is kiln.DeviceArray:  # contiguous: writable from the host, movable
+            np.testing.assert_array_equal(view.to(other).numpy(), expected)
+            view.copy_from_host(expected + 1)
+            changed = host.copy()
+            changed[first][second] += 1
+            np.testing.assert_array_equal(a.numpy(), changed)
+            a.copy_from_host(host)
