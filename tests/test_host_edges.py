@@ -277,6 +277,22 @@ def test_elapsed_time_waits_for_the_end(dev: kiln.Device) -> None:
     assert end.query()
 
 
+def test_a_copy_on_another_stream_waits_for_the_source(dev: kiln.Device) -> None:
+    steps = {"cuda": 1 << 22, "interp": 1 << 10}.get(dev.backend.name, 1 << 18)
+    a = kiln.zeros(32, f32, dev)
+    kiln.launch(spin, 1, 32, (a, 1), device=dev)
+    a.copy_from_host(np.zeros(32, np.float32))
+    dev.synchronize()
+    stream = kiln.Stream(dev)
+    kiln.launch(spin, 1, 32, (a, steps), device=dev)  # on the default stream, for a while
+    copies = [a.to(dev, stream=stream), kiln.to_device(a, dev, stream=stream)]
+    stream.synchronize()
+    expected = a.numpy()
+    assert expected[0] > 0
+    for copy in copies:
+        np.testing.assert_array_equal(copy.numpy(), expected)
+
+
 @pytest.mark.parametrize("dev", CHECKED, indirect=True)
 def test_a_failed_launch_never_wedges_its_stream(dev: kiln.Device) -> None:
     stream = kiln.Stream(dev)
