@@ -254,3 +254,11 @@ def test_refresh_halo_after_a_failed_launch_reports_every_shard_once():
     assert {s.device.name for s in info.value.shards} <= {d.name for d in devices}
     xs.refresh_halo()  # reported once: nothing is left to raise
     assert xs.gather().shape == (8,)
+
+
+def test_halos_and_shapes_are_checked_first(parts):
+    for halo in (1.5, True, "1", None):
+        with pytest.raises(TypeError, match="halo is a number of rows"):
+            kiln.shard(np.zeros(8, np.float32), parts, halo=halo)
+    with pytest.raises(ValueError, match="one or more dimensions"):
+        kiln.shard_empty((), f32, parts)

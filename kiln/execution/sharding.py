@@ -235,8 +235,12 @@ def shard_empty(shape: int | tuple[int, ...], dtype: Any, devices: Sequence[Devi
     zeros, own rows uninitialised)."""
     dims, dt = _layout(shape, dtype)
     devs = _devices(devices)
+    if isinstance(halo, (bool, np.bool_)) or not isinstance(halo, (int, np.integer)):
+        raise TypeError(f"halo is a number of rows (an int), got {halo!r}")
     if halo < 0:
         raise ValueError(f"halo must be 0 or more rows, got {halo}")
+    if not dims:
+        raise ValueError("only arrays of one or more dimensions can be sharded")
     ranges = split_rows(dims[0], len(devs))
     fewest = min(stop - start for start, stop in ranges)
     if len(devs) > 1 and halo > fewest:
