@@ -168,6 +168,8 @@ def test_parts_of_one_device_keep_their_streams() -> None:
     cpu = kiln.device("cpu") if "cpu" in BACKENDS else None
     if cpu is None or cpu.capabilities.compute_units < 2:
         pytest.skip("splitting needs the cpu backend with two compute units or more")
+    with pytest.raises(ValueError, match="not True"):
+        cpu.split(True)  # type: ignore[arg-type]
     left, right = cpu.split(2)
     with pytest.raises(kiln.DeviceMismatchError, match="stream is on cpu:0.1, not cpu:0.0"):
         kiln.to_device(np.zeros(4), left, stream=kiln.Stream(right))
@@ -463,3 +465,21 @@ def test_views_of_views_copy_in_every_direction(dev: kiln.Device, other: kiln.De
             changed[first][second] += 1
             np.testing.assert_array_equal(a.numpy(), changed)
             a.copy_from_host(host)
+
+
+def test_threads_asking_first_share_one_default_stream(dev: kiln.Device) -> None:
+    fresh = kiln.Device(dev.backend, dev.index, dev.handle, dev.capabilities, dev.priority,
+                        dev.part)  # a device object no thread has used yet
+    start = threading.Barrier(8)
+    seen: list[kiln.Stream] = []
+
+    def ask() -> None:
+        start.wait()
+        seen.append(fresh.default_stream)
+
+    workers = [threading.Thread(target=ask) for _ in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(HANG_S)
+    assert len(seen) == 8 and all(stream is seen[0] for stream in seen)

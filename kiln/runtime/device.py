@@ -4,6 +4,7 @@ selection: `kiln.backends()`, `kiln.devices()` and `kiln.device(spec)`."""
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,9 @@ from ..stdio import flush as flush_c_stdout
 
 if TYPE_CHECKING:
     from .status import StatusWatch
+
+
+_DEFAULT_STREAM_LOCK = threading.Lock()
 
 
 class Device:
@@ -47,7 +51,8 @@ class Device:
         if self.part is not None:
             raise ValueError(f"{self.name} is already a part of {self.backend.name}:"
                              f"{self.index}: split the whole device")
-        if not isinstance(parts, int) or not 1 <= parts <= self.capabilities.compute_units:
+        if isinstance(parts, bool) or not isinstance(parts, int) \
+                or not 1 <= parts <= self.capabilities.compute_units:
             raise ValueError(f"{self.name} splits into 1 to {self.capabilities.compute_units} "
                              f"parts (its compute units), not {parts!r}")
         return [Device(self.backend, self.index, handle, caps, self.priority, part)
@@ -58,8 +63,12 @@ class Device:
 
     @property
     def default_stream(self) -> Stream:
+        """Made on first use, once even when threads ask at the same moment (two would
+        split the work that must wait for each other)."""
         if self._default_stream is None:
-            self._default_stream = Stream(self)
+            with _DEFAULT_STREAM_LOCK:
+                if self._default_stream is None:
+                    self._default_stream = Stream(self)
         return self._default_stream
 
     def synchronize(self) -> None:
