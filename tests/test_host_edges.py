@@ -16,7 +16,10 @@ import pytest
 
 import kiln
 from kiln import f32, i32
+from kiln.backends.interp import InterpBackend
 from kiln.conformance.cases.host import scale
+from kiln.framework.registry import BackendEntry
+from kiln.runtime.device import devices_of
 
 BACKENDS = [e.name for e in kiln.backends() if e.available]
 CHECKED = [name for name in BACKENDS if name != "serial"]
@@ -483,3 +486,30 @@ def test_threads_asking_first_share_one_default_stream(dev: kiln.Device) -> None
     for worker in workers:
         worker.join(HANG_S)
     assert len(seen) == 8 and all(stream is seen[0] for stream in seen)
+
+
+class SlowToList(InterpBackend):
+    """The interp's device, listed slowly: threads asking at once overlap for sure."""
+
+    name = "slow-to-list"
+
+    def device_handles(self) -> Any:
+        time.sleep(0.05)
+        return super().device_handles()
+
+
+def test_threads_asking_first_get_one_device_object() -> None:
+    entry = BackendEntry(SlowToList(), priority=0)
+    start = threading.Barrier(8)
+    seen: list[list[kiln.Device]] = []
+
+    def ask() -> None:
+        start.wait()
+        seen.append(devices_of(entry))
+
+    workers = [threading.Thread(target=ask) for _ in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(HANG_S)
+    assert len(seen) == 8 and all(found[0] is seen[0][0] for found in seen)

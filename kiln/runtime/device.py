@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 
 _DEFAULT_STREAM_LOCK = threading.Lock()
+_DEVICES_LOCK = threading.RLock()  # a backend's device_handles may ask for other devices
 
 
 class Device:
@@ -254,17 +255,22 @@ def _resolve(spec: Device | str | None) -> Device:
 
 
 def devices_of(entry: BackendEntry) -> list[Device]:
-    """The devices of one registered backend (none when it is unavailable), made once."""
+    """The devices of one registered backend (none when it is unavailable), made once, even
+    when threads ask at the same moment: each device is one object, which arrays, streams
+    and launches compare by identity."""
     if entry.device_cache is None:
-        if not entry.available:
-            entry.device_cache = []
-        else:
-            backend = entry.backend
-            entry.device_cache = [
-                Device(backend, i, handle, caps, backend.device_priority(caps, entry.priority))
-                for i, (handle, caps) in enumerate(backend.device_handles())
-            ]
+        with _DEVICES_LOCK:
+            if entry.device_cache is None:
+                entry.device_cache = _make_devices(entry)
     return entry.device_cache
+
+
+def _make_devices(entry: BackendEntry) -> list[Device]:
+    if not entry.available:
+        return []
+    backend = entry.backend
+    return [Device(backend, i, handle, caps, backend.device_priority(caps, entry.priority))
+            for i, (handle, caps) in enumerate(backend.device_handles())]
 
 
 def default_device() -> Device:
