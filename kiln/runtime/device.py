@@ -108,9 +108,15 @@ class Stream:
             self.device.backend.queue.wait_event(self.handle, event.handle)
 
     def take_pending(self) -> list[StatusWatch]:
-        """The run-time checks of the launches since the last synchronisation (removed)."""
-        watches = list(self.pending.values())
-        self.pending.clear()
+        """The run-time checks of the launches since the last synchronisation (removed,
+        one at a time: a check another thread arms meanwhile is taken now or left whole for
+        the next synchronisation, never dropped)."""
+        watches = []
+        while self.pending:
+            try:
+                watches.append(self.pending.popitem()[1])
+            except KeyError:  # another thread took the last one
+                break
         return watches
 
     def __repr__(self) -> str:
