@@ -172,6 +172,7 @@ def test_sharded_launch_errors_name_the_shard(parts):
     with pytest.raises(kiln.ShardError, match=r"shard rows 0:32 on .*expected f32\[:\]") as info:
         kiln.launch_sharded(vector_add, (ints, xs, xs, kiln.shard_rows))
     assert isinstance(info.value.__cause__, kiln.LaunchError)
+    assert info.value.errors == [info.value.__cause__] and info.value.shards == [ints.shards[0]]
     with pytest.raises(ValueError, match="halo of 40 rows needs shards of 40 rows or more"):
         kiln.shard(np.zeros(n, np.float32), parts, halo=40)
     haloed = kiln.shard(np.zeros(n, np.float32), parts, halo=1)

@@ -163,9 +163,15 @@ def _naming(shard: Shard, doing: str, what: str = "") -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        what = what or f"shard rows {shard.start}:{shard.stop}"
-        where = f"{doing} {what} on {shard.device.name}"
-        raise ShardError(f"{where}: {type(error).__name__}: {error}", shard) from error
+        raise _named(shard, error, doing, what) from error
+
+
+def _named(shard: Shard, error: Exception, doing: str, what: str = "") -> ShardError:
+    """A ShardError for `error` while `doing` something with `shard` (`what`: by default
+    its rows)."""
+    what = what or f"shard rows {shard.start}:{shard.stop}"
+    where = f"{doing} {what} on {shard.device.name}"
+    return ShardError(f"{where}: {type(error).__name__}: {error}", shard, [shard], [error])
 
 
 def _on_every_shard(shards: Sequence[Shard], doing: str, work: Callable[[Shard], Any],
@@ -186,15 +192,9 @@ def _raise_together(failures: Sequence[tuple[Shard, Exception, str]], doing: str
     """One ShardError for the failures of `doing` something with shards (each failure:
     the shard, its error, what to call it or "" for its rows): the failure itself for one
     shard, and one naming each shard (a line each) for several."""
-    named: list[ShardError] = []
-    for shard, error, what in failures:
-        try:
-            with _naming(shard, doing, what):
-                raise error
-        except ShardError as wrapped:
-            named.append(wrapped)
+    named = [_named(shard, error, doing, what) for shard, error, what in failures]
     if len(named) == 1:
-        raise named[0]
+        raise named[0] from failures[0][1]
     lines = "\n".join(f"  {failure}" for failure in named)
     causes = [error for _, error, _ in failures]
     shards = len({id(shard) for shard, _, _ in failures})
