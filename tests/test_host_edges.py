@@ -246,6 +246,8 @@ def test_big_endian_data_arrives_in_the_devices_byte_order(dev: kiln.Device) -> 
     a = kiln.to_device(host, dev)
     assert a.dtype == np.float32
     np.testing.assert_array_equal(a.numpy(), np.arange(6, dtype=np.float32))
+    with pytest.raises(kiln.LaunchError, match=r"shape \(6,\) in the other byte order"):
+        kiln.launch(scale, dim=6, args=(host, 2.0, 6), device=dev)
 
 
 # ------------------------------------------------------------------ events
