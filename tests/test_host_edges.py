@@ -16,7 +16,10 @@ import pytest
 
 import kiln
 from kiln import f32, i32
+from kiln.backends.interp import InterpBackend
 from kiln.conformance.cases.host import scale
+from kiln.framework.registry import BackendEntry
+from kiln.runtime.device import devices_of
 
 BACKENDS = [e.name for e in kiln.backends() if e.available]
 CHECKED = [name for name in BACKENDS if name != "serial"]
@@ -168,6 +171,8 @@ def test_parts_of_one_device_keep_their_streams() -> None:
     cpu = kiln.device("cpu") if "cpu" in BACKENDS else None
     if cpu is None or cpu.capabilities.compute_units < 2:
         pytest.skip("splitting needs the cpu backend with two compute units or more")
+    with pytest.raises(ValueError, match="not True"):
+        cpu.split(True)  # type: ignore[arg-type]
     left, right = cpu.split(2)
     with pytest.raises(kiln.DeviceMismatchError, match="stream is on cpu:0.1, not cpu:0.0"):
         kiln.to_device(np.zeros(4), left, stream=kiln.Stream(right))
@@ -241,6 +246,8 @@ def test_big_endian_data_arrives_in_the_devices_byte_order(dev: kiln.Device) -> 
     a = kiln.to_device(host, dev)
     assert a.dtype == np.float32
     np.testing.assert_array_equal(a.numpy(), np.arange(6, dtype=np.float32))
+    with pytest.raises(kiln.LaunchError, match=r"shape \(6,\) in the other byte order"):
+        kiln.launch(scale, dim=6, args=(host, 2.0, 6), device=dev)
 
 
 # ------------------------------------------------------------------ events
@@ -255,15 +262,42 @@ def test_an_unrecorded_event_counts_as_complete(dev: kiln.Device) -> None:
         kiln.Event(dev).record().elapsed_time(event)
 
 
+@kiln.kernel
+def spin(x: f32[:], steps: i32):
+    """Busy work that keeps a GPU going for milliseconds with a handful of threads."""
+    i = kiln.global_id(0)
+    acc = x[i]
+    for _ in range(steps):
+        acc = acc * f32(0.999) + f32(1.0)
+    x[i] = acc
+
+
 def test_elapsed_time_waits_for_the_end(dev: kiln.Device) -> None:
-    n = 1 << 16
-    x = kiln.to_device(np.ones(n, np.float32), dev)
-    kiln.launch(scale, dim=n, args=(x, 1.0, n), device=dev)
+    steps = 1 << 22 if dev.backend.name == "cuda" else 1 << 8  # ~10 ms on an H100
+    x = kiln.zeros(32, f32, dev)
+    kiln.launch(spin, 1, 32, (x, 1), device=dev)
+    dev.synchronize()  # compiled
     start = kiln.Event(dev).record()
-    for _ in range(20):
-        kiln.launch(scale, dim=n, args=(x, 1.0, n), device=dev)
+    kiln.launch(spin, 1, 32, (x, steps), device=dev)
     end = kiln.Event(dev).record()
-    assert finishes(lambda: start.elapsed_time(end)) >= 0  # at once: the end is still queued
+    assert finishes(lambda: start.elapsed_time(end)) > 0  # at once: the end is still queued
+    assert end.query()
+
+
+def test_a_copy_on_another_stream_waits_for_the_source(dev: kiln.Device) -> None:
+    steps = {"cuda": 1 << 22, "interp": 1 << 10}.get(dev.backend.name, 1 << 18)
+    a = kiln.zeros(32, f32, dev)
+    kiln.launch(spin, 1, 32, (a, 1), device=dev)
+    a.copy_from_host(np.zeros(32, np.float32))
+    dev.synchronize()
+    stream = kiln.Stream(dev)
+    kiln.launch(spin, 1, 32, (a, steps), device=dev)  # on the default stream, for a while
+    copies = [a.to(dev, stream=stream), kiln.to_device(a, dev, stream=stream)]
+    stream.synchronize()
+    expected = a.numpy()
+    assert expected[0] > 0
+    for copy in copies:
+        np.testing.assert_array_equal(copy.numpy(), expected)
 
 
 @pytest.mark.parametrize("dev", CHECKED, indirect=True)
@@ -401,3 +435,83 @@ def test_streams_and_events_take_device_specs(dev: kiln.Device) -> None:
             kiln.Event(bad)  # type: ignore[arg-type]
     with pytest.raises(kiln.DeviceNotFoundError):
         kiln.Stream("nonesuch")
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4)])
+def test_empty_arrays_copy_in_every_direction(dev: kiln.Device, other: kiln.Device,
+                                              shape: tuple[int, ...]) -> None:
+    host = np.zeros(shape, np.float32)
+    a = kiln.to_device(host, dev)
+    for result in (a.numpy(), a.copy().numpy(), a.to(other).numpy(),
+                   kiln.to_device(a, other).numpy(), a.copy_to_host(np.empty(shape, np.float32)),
+                   kiln.empty(shape, f32, dev).numpy(), kiln.zeros(shape, f32, dev).numpy()):
+        assert result.shape == shape and result.dtype == np.float32
+    a.copy_from_host(host)
+    assert a[..., 0:0].numpy().shape == (*shape[:-1], 0)
+
+
+def test_views_of_views_copy_in_every_direction(dev: kiln.Device, other: kiln.Device) -> None:
+    host = np.arange(6 * 8 * 5, dtype=np.float32).reshape(6, 8, 5)
+    a = kiln.to_device(host, dev)
+    for first, second in (((slice(1, 5),), (slice(1, 3),)), ((slice(None), slice(2, 6)), (1,)),
+                          ((2,), (slice(1, 7, 2),)), ((slice(None, None, 2),), (slice(1, None), 3)),
+                          ((1,), (slice(0, 0),)), ((4,), (Ellipsis, slice(1, 4)))):
+        expected = host[first][second]
+        view = a[first][second]
+        np.testing.assert_array_equal(view.numpy(), expected)
+        np.testing.assert_array_equal(view.copy().numpy(), expected)
+        np.testing.assert_array_equal(kiln.to_device(view, other).numpy(), expected)
+        out = np.empty(expected.shape, np.float32)
+        np.testing.assert_array_equal(view.copy_to_host(out), expected)
+        if type(view) is kiln.DeviceArray:  # contiguous: writable from the host, movable
+            np.testing.assert_array_equal(view.to(other).numpy(), expected)
+            view.copy_from_host(expected + 1)
+            changed = host.copy()
+            changed[first][second] += 1
+            np.testing.assert_array_equal(a.numpy(), changed)
+            a.copy_from_host(host)
+
+
+def test_threads_asking_first_share_one_default_stream(dev: kiln.Device) -> None:
+    fresh = kiln.Device(dev.backend, dev.index, dev.handle, dev.capabilities, dev.priority,
+                        dev.part)  # a device object no thread has used yet
+    start = threading.Barrier(8)
+    seen: list[kiln.Stream] = []
+
+    def ask() -> None:
+        start.wait()
+        seen.append(fresh.default_stream)
+
+    workers = [threading.Thread(target=ask) for _ in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(HANG_S)
+    assert len(seen) == 8 and all(stream is seen[0] for stream in seen)
+
+
+class SlowToList(InterpBackend):
+    """The interp's device, listed slowly: threads asking at once overlap for sure."""
+
+    name = "slow-to-list"
+
+    def device_handles(self) -> Any:
+        time.sleep(0.05)
+        return super().device_handles()
+
+
+def test_threads_asking_first_get_one_device_object() -> None:
+    entry = BackendEntry(SlowToList(), priority=0)
+    start = threading.Barrier(8)
+    seen: list[list[kiln.Device]] = []
+
+    def ask() -> None:
+        start.wait()
+        seen.append(devices_of(entry))
+
+    workers = [threading.Thread(target=ask) for _ in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(HANG_S)
+    assert len(seen) == 8 and all(found[0] is seen[0][0] for found in seen)

@@ -172,6 +172,7 @@ def test_sharded_launch_errors_name_the_shard(parts):
     with pytest.raises(kiln.ShardError, match=r"shard rows 0:32 on .*expected f32\[:\]") as info:
         kiln.launch_sharded(vector_add, (ints, xs, xs, kiln.shard_rows))
     assert isinstance(info.value.__cause__, kiln.LaunchError)
+    assert info.value.errors == [info.value.__cause__] and info.value.shards == [ints.shards[0]]
     with pytest.raises(ValueError, match="halo of 40 rows needs shards of 40 rows or more"):
         kiln.shard(np.zeros(n, np.float32), parts, halo=40)
     haloed = kiln.shard(np.zeros(n, np.float32), parts, halo=1)
@@ -200,7 +201,7 @@ def test_a_failed_sharded_launch_is_reported_once_with_every_shard(two_devices):
     xs = kiln.shard(np.zeros(8, np.float32), two_devices)
     sums = kiln.partials(5, f32, two_devices)
     kiln.launch_sharded(write_row_past_end, (xs, sums, kiln.shard_rows))
-    with pytest.raises(kiln.ShardError, match=r"2 shards failed") as info:
+    with pytest.raises(kiln.ShardError, match=r"2 failures on 2 shards") as info:
         xs.gather()
     names = [d.name for d in two_devices]
     assert [s.device.name for s in info.value.shards] == names
@@ -242,3 +243,23 @@ def test_gather_refuses_an_out_that_does_not_fit(parts):
     out = np.zeros((6, 2), np.float32)
     assert xs.gather(out) is out
     np.testing.assert_array_equal(out, np.arange(12).reshape(6, 2))
+
+
+def test_refresh_halo_after_a_failed_launch_reports_every_shard_once():
+    devices = [kiln.device("interp"), kiln.device("cpu")]  # copies go through the host
+    xs = kiln.shard(np.zeros(8, np.float32), devices, halo=1)  # 6 rows a shard
+    sums = kiln.partials(7, f32, devices)
+    kiln.launch_sharded(write_row_past_end, (xs, sums, 6), dim=6)  # writes row 6
+    with pytest.raises(kiln.ShardError, match="refreshing the ghost rows of shard rows") as info:
+        xs.refresh_halo()
+    assert {s.device.name for s in info.value.shards} <= {d.name for d in devices}
+    xs.refresh_halo()  # reported once: nothing is left to raise
+    assert xs.gather().shape == (8,)
+
+
+def test_halos_and_shapes_are_checked_first(parts):
+    for halo in (1.5, True, "1", None):
+        with pytest.raises(TypeError, match="halo is a number of rows"):
+            kiln.shard(np.zeros(8, np.float32), parts, halo=halo)
+    with pytest.raises(ValueError, match="one or more dimensions"):
+        kiln.shard_empty((), f32, parts)

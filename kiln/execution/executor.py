@@ -103,7 +103,10 @@ def validate_dims(grid: Dim3, block: Dim3, device: Device) -> None:
 
 def describe_value(value: Any) -> str:
     if isinstance(value, (DeviceArray, np.ndarray)):
-        return f"a {np.dtype(value.dtype).name} array of shape {tuple(value.shape)}"
+        dt = np.dtype(value.dtype)
+        swapped = "" if dt.isnative else (" in the other byte order (pass "
+                                          "x.astype(x.dtype.newbyteorder('=')))")
+        return f"a {dt.name} array of shape {tuple(value.shape)}{swapped}"
     return f"{type(value).__name__} {value!r}"
 
 

@@ -105,19 +105,29 @@ class ShardedArray:
 
     def refresh_halo(self) -> None:
         """Copy each shard's first and last `halo` own rows into its neighbours' ghost rows,
-        queued on the neighbours' default streams after the work queued before."""
-        for copy in self._halo_copies:
-            copy()
+        queued on the neighbours' default streams after the work queued before. A copy
+        through the host waits for its shards, and may raise their failures: every copy is
+        still made, and the failures raised together (`ShardError`)."""
+        failures: list[tuple[Shard, Exception, str]] = []
+        for dst, src, copy in self._halo_copies:
+            try:
+                copy()
+            except Exception as error:  # the source's or the destination's failure
+                failures.append((dst, error, f"shard rows {dst.start}:{dst.stop} (from "
+                                             f"rows {src.start}:{src.stop} on {src.device.name})"))
+        if failures:
+            _raise_together(failures, "refreshing the ghost rows of")
 
     @cached_property
-    def _halo_copies(self) -> list[Callable[[], None]]:
-        """The copies `refresh_halo` makes, their views made once (a view costs more than
-        queuing its copy: 18 us against 5-10)."""
+    def _halo_copies(self) -> list[tuple[Shard, Shard, Callable[[], None]]]:
+        """The copies `refresh_halo` makes (the shard each writes, the shard it reads),
+        their views made once (a view costs more than queuing its copy: 18 us against
+        5-10)."""
         h = self.halo  # no more than any shard's rows (`shard_empty` checks)
         copies = []
         for left, right in zip(self.shards, self.shards[1:]) if h else ():
-            copies.append(_row_copy(right.array, 0, left.array, left.rows, h))
-            copies.append(_row_copy(left.array, h + left.rows, right.array, h, h))
+            copies.append((right, left, _row_copy(right.array, 0, left.array, left.rows, h)))
+            copies.append((left, right, _row_copy(left.array, h + left.rows, right.array, h, h)))
         return copies
 
     def gather(self, out: np.ndarray | None = None) -> np.ndarray:
@@ -153,29 +163,43 @@ def _naming(shard: Shard, doing: str, what: str = "") -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        what = what or f"shard rows {shard.start}:{shard.stop}"
-        where = f"{doing} {what} on {shard.device.name}"
-        raise ShardError(f"{where}: {type(error).__name__}: {error}", shard) from error
+        raise _named(shard, error, doing, what) from error
+
+
+def _named(shard: Shard, error: Exception, doing: str, what: str = "") -> ShardError:
+    """A ShardError for `error` while `doing` something with `shard` (`what`: by default
+    its rows)."""
+    what = what or f"shard rows {shard.start}:{shard.stop}"
+    where = f"{doing} {what} on {shard.device.name}"
+    return ShardError(f"{where}: {type(error).__name__}: {error}", shard, [shard], [error])
 
 
 def _on_every_shard(shards: Sequence[Shard], doing: str, work: Callable[[Shard], Any],
                     what: str = "") -> None:
     """`work` on each shard, every one even when some fail (so no failure stays queued to
     surface in a later, unrelated call); then one ShardError naming each failing shard."""
-    failures: list[ShardError] = []
+    failures: list[tuple[Shard, Exception, str]] = []
     for shard in shards:
         try:
-            with _naming(shard, doing, what):
-                work(shard)
-        except ShardError as error:
-            failures.append(error)
-    if len(failures) == 1:
-        raise failures[0]
+            work(shard)
+        except Exception as error:
+            failures.append((shard, error, what))
     if failures:
-        lines = "\n".join(f"  {failure}" for failure in failures)
-        causes = [f.__cause__ for f in failures if f.__cause__ is not None]
-        raise ShardError(f"{len(failures)} shards failed:\n{lines}", failures[0].shard,
-                         [f.shard for f in failures], causes) from failures[0].__cause__
+        _raise_together(failures, doing)
+
+
+def _raise_together(failures: Sequence[tuple[Shard, Exception, str]], doing: str) -> None:
+    """One ShardError for the failures of `doing` something with shards (each failure:
+    the shard, its error, what to call it or "" for its rows): the failure itself for one
+    shard, and one naming each shard (a line each) for several."""
+    named = [_named(shard, error, doing, what) for shard, error, what in failures]
+    if len(named) == 1:
+        raise named[0] from failures[0][1]
+    lines = "\n".join(f"  {failure}" for failure in named)
+    causes = [error for _, error, _ in failures]
+    shards = len({id(shard) for shard, _, _ in failures})
+    raise ShardError(f"{len(named)} failures on {shards} shards:\n{lines}", named[0].shard,
+                     [shard for shard, _, _ in failures], causes) from causes[0]
 
 
 def _row_copy(dst: DeviceArray, at: int, src: DeviceArray, start: int, rows: int
@@ -211,8 +235,12 @@ def shard_empty(shape: int | tuple[int, ...], dtype: Any, devices: Sequence[Devi
     zeros, own rows uninitialised)."""
     dims, dt = _layout(shape, dtype)
     devs = _devices(devices)
+    if isinstance(halo, (bool, np.bool_)) or not isinstance(halo, (int, np.integer)):
+        raise TypeError(f"halo is a number of rows (an int), got {halo!r}")
     if halo < 0:
         raise ValueError(f"halo must be 0 or more rows, got {halo}")
+    if not dims:
+        raise ValueError("only arrays of one or more dimensions can be sharded")
     ranges = split_rows(dims[0], len(devs))
     fewest = min(stop - start for start, stop in ranges)
     if len(devs) > 1 and halo > fewest:

@@ -18,7 +18,7 @@ from ..framework.backend import (
 )
 from ..ir.types import SCALAR_BY_DTYPE, ScalarType, VectorType
 from ..lang.records import kiln_type_of
-from .device import DeviceNotFoundError, stream_on
+from .device import DeviceNotFoundError, Event, stream_on
 from .device import device as resolve_device
 
 if TYPE_CHECKING:
@@ -192,6 +192,8 @@ def copy_array(dst: DeviceArray, src: DeviceArray, stream: Stream | None = None)
     stream = stream_on(dst.device, stream, f"copying into an array of {dst.device.name}")
     backend, allocator = dst.device.backend, dst.device.backend.allocator
     if src.device is dst.device:
+        if stream is not src.device.default_stream:  # after the work queued on src there
+            stream.wait_event(Event(src.device).record())
         allocator.copy_device_to_device(dst.buffer, src.buffer, src.nbytes, stream.handle)
     elif src.device.backend is backend and supports(allocator, PeerCopy):
         allocator.copy_peer(dst.buffer, src.buffer, src.nbytes,

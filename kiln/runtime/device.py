@@ -4,6 +4,7 @@ selection: `kiln.backends()`, `kiln.devices()` and `kiln.device(spec)`."""
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,10 @@ from ..stdio import flush as flush_c_stdout
 
 if TYPE_CHECKING:
     from .status import StatusWatch
+
+
+_DEFAULT_STREAM_LOCK = threading.Lock()
+_DEVICES_LOCK = threading.RLock()  # a backend's device_handles may ask for other devices
 
 
 class Device:
@@ -47,7 +52,8 @@ class Device:
         if self.part is not None:
             raise ValueError(f"{self.name} is already a part of {self.backend.name}:"
                              f"{self.index}: split the whole device")
-        if not isinstance(parts, int) or not 1 <= parts <= self.capabilities.compute_units:
+        if isinstance(parts, bool) or not isinstance(parts, int) \
+                or not 1 <= parts <= self.capabilities.compute_units:
             raise ValueError(f"{self.name} splits into 1 to {self.capabilities.compute_units} "
                              f"parts (its compute units), not {parts!r}")
         return [Device(self.backend, self.index, handle, caps, self.priority, part)
@@ -58,8 +64,12 @@ class Device:
 
     @property
     def default_stream(self) -> Stream:
+        """Made on first use, once even when threads ask at the same moment (two would
+        split the work that must wait for each other)."""
         if self._default_stream is None:
-            self._default_stream = Stream(self)
+            with _DEFAULT_STREAM_LOCK:
+                if self._default_stream is None:
+                    self._default_stream = Stream(self)
         return self._default_stream
 
     def synchronize(self) -> None:
@@ -98,9 +108,15 @@ class Stream:
             self.device.backend.queue.wait_event(self.handle, event.handle)
 
     def take_pending(self) -> list[StatusWatch]:
-        """The run-time checks of the launches since the last synchronisation (removed)."""
-        watches = list(self.pending.values())
-        self.pending.clear()
+        """The run-time checks of the launches since the last synchronisation (removed,
+        one at a time: a check another thread arms meanwhile is taken now or left whole for
+        the next synchronisation, never dropped)."""
+        watches = []
+        while self.pending:
+            try:
+                watches.append(self.pending.popitem()[1])
+            except KeyError:  # another thread took the last one
+                break
         return watches
 
     def __repr__(self) -> str:
@@ -245,17 +261,22 @@ def _resolve(spec: Device | str | None) -> Device:
 
 
 def devices_of(entry: BackendEntry) -> list[Device]:
-    """The devices of one registered backend (none when it is unavailable), made once."""
+    """The devices of one registered backend (none when it is unavailable), made once, even
+    when threads ask at the same moment: each device is one object, which arrays, streams
+    and launches compare by identity."""
     if entry.device_cache is None:
-        if not entry.available:
-            entry.device_cache = []
-        else:
-            backend = entry.backend
-            entry.device_cache = [
-                Device(backend, i, handle, caps, backend.device_priority(caps, entry.priority))
-                for i, (handle, caps) in enumerate(backend.device_handles())
-            ]
+        with _DEVICES_LOCK:
+            if entry.device_cache is None:
+                entry.device_cache = _make_devices(entry)
     return entry.device_cache
+
+
+def _make_devices(entry: BackendEntry) -> list[Device]:
+    if not entry.available:
+        return []
+    backend = entry.backend
+    return [Device(backend, i, handle, caps, backend.device_priority(caps, entry.priority))
+            for i, (handle, caps) in enumerate(backend.device_handles())]
 
 
 def default_device() -> Device:
