@@ -238,6 +238,14 @@ def broken(x: f32[:], n: i32):
 @kiln.kernel
 def scaled(x: f32[:], k: kiln.constexpr):
     x[0] = x[0] * k
+
+@kiln.func
+def depth(n: i32) -> i32:
+    return 0 if n <= 0 else 1 + depth(n - 1)
+
+@kiln.kernel
+def recurses(x: i32[:]):
+    x[0] = depth(x[0])
 '''
 
 
@@ -261,6 +269,8 @@ def scaled(x: f32[:], k: kiln.constexpr):
     (["--kernel", "scaled:f32[:],[1, 2]"], "parameter k is a constexpr: a constexpr value is a "
      "Python literal that can be a dict key"),
     (["--kernel", "generic:f32[:],constexpr({})"], "a constexpr value is a Python literal"),
+    (["--kernel", "recurses", "--target", "opencl"], "`depth` is recursive and the opencl "
+     "backend cannot recurse: give it a depth to inline it to, @kiln.func(max_depth=N)"),
 ])
 def test_errors_exit_2_and_leave_nothing(args, message, tmp_path, capsys) -> None:
     module = tmp_path / "bad.py"
@@ -814,6 +824,41 @@ def test_a_non_debug_build_has_no_checks(tmp_path) -> None:
     build(CHECKED, lib, "--target", "cpu", "--kernel", "fill", name="plain")
     header = (lib / "plain.h").read_text()
     assert "indices are checked" not in header and "kiln_status" not in header
+
+
+def embedded_opencl_source(library: Path) -> str:
+    """The OpenCL C an opencl library holds (one C string holding `__kernel`)."""
+    data = library.read_bytes()
+    at = data.index(b"__kernel")
+    return data[data.rfind(b"\0", 0, at) + 1:data.index(b"\0", at)].decode()
+
+
+def defined_functions(source: str) -> list[tuple[str, str]]:
+    """(name, body) of each function defined in C source, in order."""
+    heads = list(re.finditer(r"^[\w ]+?\b(\w+)\([^;{]*\)\s*\{", source, re.M))
+    return [(m[1], source[m.end():heads[k + 1].start() if k + 1 < len(heads) else None])
+            for k, m in enumerate(heads)]
+
+
+@pytest.mark.skipif(bool(opencl_loader_missing()), reason=opencl_loader_missing())
+def test_an_opencl_library_bounds_recursion_as_in_process_compiles_do(tmp_path) -> None:
+    """OpenCL C forbids recursion: the opencl library inlines `fib` to its max_depth (no
+    function of its OpenCL C calls itself or one defined after it) and computes the right
+    values on PoCL, as `kiln.launch` does on the opencl backend."""
+    lib = tmp_path / "lib"
+    build(HERE / "recursive_kernels.py", lib, "--target", "opencl", name="rec")
+    functions = defined_functions(embedded_opencl_source(lib / "librec.so"))
+    names = [name for name, _ in functions]
+    assert "fib_depth12" in names and names[-1] == "fibs"
+    for k, (name, body) in enumerate(functions):
+        called = set(re.findall(r"\b(\w+)\(", body)) & set(names)
+        assert called <= set(names[:k]), f"{name} calls {called - set(names[:k])}"
+    out = np.zeros(12, np.int32)
+    kiln.load_library(lib).fibs(1, 12, out, 12)
+    expected = [0, 1]
+    while len(expected) < 12:
+        expected.append(expected[-1] + expected[-2])
+    np.testing.assert_array_equal(out, expected)
 
 
 @pytest.mark.skipif(bool(nvrtc_missing()), reason=nvrtc_missing())

@@ -178,8 +178,9 @@ registry = BackendRegistry()
 
 def target_pipeline(backend: Backend) -> Sequence[Pass]:
     """For code generated without a device (`kiln build` for another machine): the shared
-    passes that need no device, then the backend's `codegen_passes`."""
-    return [*pipeline_for(None), *backend.codegen_passes]
+    passes that need no device, with what depends on the backend alone (recursion bounded
+    where it cannot recurse, as in-process compiles do), then its `codegen_passes`."""
+    return [*pipeline_for(None, backend=backend), *backend.codegen_passes]
 
 
 def register_backend(backend: Backend, priority: int | None = None) -> None:
