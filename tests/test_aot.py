@@ -844,7 +844,9 @@ def defined_functions(source: str) -> list[tuple[str, str]]:
 def test_an_opencl_library_bounds_recursion_as_in_process_compiles_do(tmp_path) -> None:
     """OpenCL C forbids recursion: the opencl library inlines `fib` to its max_depth (no
     function of its OpenCL C calls itself or one defined after it) and computes the right
-    values on PoCL, as `kiln.launch` does on the opencl backend."""
+    values on PoCL, as `kiln.launch` does on the opencl backend; a launch going deeper
+    returns REC_ERROR_RECURSION_DEPTH (kiln.RecursionDepthError) with the in-process
+    message, and the context works afterwards."""
     lib = tmp_path / "lib"
     build(HERE / "recursive_kernels.py", lib, "--target", "opencl", name="rec")
     functions = defined_functions(embedded_opencl_source(lib / "librec.so"))
@@ -853,11 +855,23 @@ def test_an_opencl_library_bounds_recursion_as_in_process_compiles_do(tmp_path) 
     for k, (name, body) in enumerate(functions):
         called = set(re.findall(r"\b(\w+)\(", body)) & set(names)
         assert called <= set(names[:k]), f"{name} calls {called - set(names[:k])}"
+    header = (lib / "rec.h").read_text()
+    assert "REC_ERROR_RECURSION_DEPTH = 6" in header
+    assert "returns REC_ERROR_RECURSION_DEPTH when a call goes deeper */" in header
+    assert "indices are checked" not in header
+    library = kiln.load_library(lib)
     out = np.zeros(12, np.int32)
-    kiln.load_library(lib).fibs(1, 12, out, 12)
+    library.fibs(1, 12, out, 12)
     expected = [0, 1]
     while len(expected) < 12:
         expected.append(expected[-1] + expected[-2])
+    np.testing.assert_array_equal(out, expected)
+    with pytest.raises(kiln.RecursionDepthError, match=r"recursive_kernels.py:12:\d+: "
+                       r"recursion: `fib` recursed deeper than its max_depth=12 in kernel "
+                       r"`fibs` on the opencl backend"):
+        library.fibs(1, 14, np.zeros(14, np.int32), 14)
+    out[:] = 0
+    library.fibs(1, 12, out, 12)
     np.testing.assert_array_equal(out, expected)
 
 

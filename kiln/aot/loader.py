@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..codegen.library import MANIFEST_FORMAT
-from ..errors import IndexOutOfBoundsError, LaunchError
+from ..errors import IndexOutOfBoundsError, LaunchError, RecursionDepthError
 from ..ir.types import SCALAR_BY_NAME, ScalarType, fits
 
 CTYPES: dict[str, Any] = {
@@ -61,7 +61,7 @@ class LibraryLaunchError(LibraryError, LaunchError):
     """The library refused a call's arguments (`NAME_ERROR_INVALID_ARGUMENT`)."""
 
 
-INVALID_ARGUMENT, OUT_OF_MEMORY, KERNEL_CHECK = 1, 3, 5
+INVALID_ARGUMENT, OUT_OF_MEMORY, KERNEL_CHECK, RECURSION_DEPTH = 1, 3, 5, 6
 """The status codes (`NAME.h`) that raise their own errors."""
 
 
@@ -251,6 +251,8 @@ class Library:
             raise LibraryLaunchError(message)
         if status == KERNEL_CHECK:
             raise IndexOutOfBoundsError(message)
+        if status == RECURSION_DEPTH:
+            raise RecursionDepthError(message)
         raise LibraryError(message)
 
     def _call(self, name: str, *args: Any) -> None:

@@ -268,10 +268,10 @@ static int kiln_check_array(const kiln_ranges *memory, const char *entry, const 
     return {LIB}_SUCCESS;
 }}
 
-/* A failed run-time check's message: `template` with {{index}}, {{extent}}, {{thread}} and
-   {{block}} filled in from the status words (code, index low and high, extent, thread x y
-   z, block x y z); {{{{ and }}}} are braces. */
-static int kiln_report(const char *template, const int32_t *w) {{
+/* A failed run-time check's message, for the launch to return `status`: `template` with
+   {{index}}, {{extent}}, {{thread}} and {{block}} filled in from the status words (code,
+   index low and high, extent, thread x y z, block x y z); {{{{ and }}}} are braces. */
+static int kiln_report(const char *template, const int32_t *w, int status) {{
     char *out = kiln_message, *end = kiln_message + sizeof kiln_message - 1;
     long long index = (long long)(((uint64_t)(uint32_t)w[2] << 32) | (uint32_t)w[1]);
     for (const char *t = template; *t && out < end; ) {{
@@ -292,7 +292,7 @@ static int kiln_report(const char *template, const int32_t *w) {{
         t += skip;
     }}
     *out = 0;
-    return {LIB}_ERROR_KERNEL;
+    return status;
 }}
 """
 
@@ -384,7 +384,9 @@ def _launch_function(lib: str, e: EntryPoint, limits: str, body: LaunchBody,
     out = [f"static const {lib}_dim3 kiln_blocks_{k}[] = {{{shapes}}};"]
     if e.checks:
         out.append(f"static const char *const kiln_checks_{k}[] = {{\n    "
-                   + ",\n    ".join(c_string(m) for m in e.checks) + "};")
+                   + ",\n    ".join(c_string(c.message) for c in e.checks) + "};")
+        out.append(f"static const int kiln_check_status_{k}[] = {{"
+                   + ", ".join(f"{lib.upper()}_{c.status}" for c in e.checks) + "};")
     declarations = ", ".join(p.declaration for p in e.arguments)
     out.append(f"static int kiln_enqueue_{k}({lib}_context *ctx, {lib}_dim3 grid, "
                f"{lib}_dim3 block, {declarations}) {{\n{body(e)}}}")
@@ -414,7 +416,8 @@ def _launch_function(lib: str, e: EntryPoint, limits: str, body: LaunchBody,
             f"    if (kiln_words[0] < 0 || kiln_words[0] > {len(e.checks)})",
             f"        return kiln_fail({lib.upper()}_ERROR_KERNEL, \"{name}: status %d\", "
             "kiln_words[0]);",
-            f"    return kiln_report(kiln_checks_{k}[kiln_words[0] - 1], kiln_words);"]
+            f"    return kiln_report(kiln_checks_{k}[kiln_words[0] - 1], kiln_words, "
+            f"kiln_check_status_{k}[kiln_words[0] - 1]);"]
     else:
         lines.append("    return kiln_status;")
     out.append(f"{api_macro(lib)} {e.prototype(lib)} {{\n" + "\n".join(lines) + "\n}\n")

@@ -19,6 +19,8 @@ STATUS_CODES = (
     ("ERROR_DEVICE", 4, "the driver failed a build, launch or copy"),
     ("ERROR_KERNEL", 5, "a run-time check of the kernel failed (debug=True: an index out of "
      "bounds)"),
+    ("ERROR_RECURSION_DEPTH", 6, "a recursive function went deeper than its max_depth "
+     "(where recursion is inlined: opencl)"),
 )
 
 
@@ -155,8 +157,12 @@ def _launch_doc(lib: str, api: str, e: EntryPoint) -> str:
         if isinstance(t, ConstexprType):
             lines.append(f" *   {name}: built in as {t.value!r}")
     lines.append(f" *   block: {e.block_names}" + ("" if e.blocks else " shape"))
-    if e.checks:
+    statuses = {c.status for c in e.checks}
+    if "ERROR_KERNEL" in statuses:
         lines += [" *   debug: indices are checked; the launch waits for the kernel and",
                   f" *   returns {lib.upper()}_ERROR_KERNEL naming the array and line"]
+    if "ERROR_RECURSION_DEPTH" in statuses:
+        lines += [" *   recursion is inlined to max_depth; the launch waits for the kernel and",
+                  f" *   returns {lib.upper()}_ERROR_RECURSION_DEPTH when a call goes deeper"]
     lines[-1] += " */"
     return "\n".join(lines) + f"\n{api} {e.prototype(lib)};"
