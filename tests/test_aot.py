@@ -760,6 +760,63 @@ def test_copy_to_host_checks_the_destination(checked_library) -> None:
     np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32))
 
 
+class CudaArrayInterface:
+    """An object that says it is a CUDA array (only its interface is read)."""
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str = "<f4",
+                 strides: tuple[int, ...] | None = None) -> None:
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr,
+                                         "data": (ptr, False), "strides": strides,
+                                         "version": 3, "stream": None}
+
+
+def test_a_cuda_array_is_refused_by_a_library_of_another_target(checked_library) -> None:
+    """Only a cuda library takes CUDA arrays; others refuse them by name, before launching
+    (their pointers are not host memory)."""
+    target, lib_dir = checked_library
+    if target == "cuda":
+        pytest.skip("the cuda library takes CUDA arrays (test_a_cuda_library_takes_...)")
+    lib = kiln.load_library(lib_dir)
+    with pytest.raises(kiln.LaunchError, match=rf"argument 'x' \(#1\) of fill: a "
+                       rf"CudaArrayInterface lives in CUDA memory, which a {target} library "
+                       r"cannot use; pass a NumPy array"):
+        lib.fill(1, 64, CudaArrayInterface(0x1000, (64,)), 1.0)
+
+
+@pytest.mark.skipif(not backend_entry("cuda").available,
+                    reason=f"no CUDA GPU: {backend_entry('cuda').reason}")
+def test_a_cuda_library_takes_cuda_arrays_of_other_libraries(tmp_path) -> None:
+    """Arrays of another CUDA library (kiln's own, through `__cuda_array_interface__`) are
+    registered for the launch: the kernels work on them in place, the same array may be
+    passed twice, and a wrong dtype, a non-contiguous array or a span past the
+    allocation is refused."""
+    lib_dir = tmp_path / "lib"
+    build(CHECKED, lib_dir, "--target", "cuda", "--block", "staged=64", name="chk")
+    lib = kiln.load_library(lib_dir)
+    x = kiln.to_device(np.arange(256, dtype=np.float32), device="cuda")
+    out = kiln.to_device(np.zeros(256, np.float32), device="cuda")
+    lib.staged(4, 64, x, out)
+    np.testing.assert_array_equal(out.numpy(), np.concatenate(
+        [np.arange(63, -1, -1) + 64 * k for k in range(4)]).astype(np.float32))
+    lib.fill(4, 64, out, 2.5)
+    np.testing.assert_array_equal(out.numpy(), np.full(256, 2.5, np.float32))
+    lib.staged(4, 64, out, out)  # one array twice: registered once
+    ptr = x.__cuda_array_interface__["data"][0]
+    with pytest.raises(kiln.LaunchError, match="expected a 1-d float32 array, got a 1-d "
+                       "float64 one"):
+        lib.fill(1, 64, CudaArrayInterface(ptr, (32,), "<f8"), 1.0)
+    with pytest.raises(kiln.LaunchError, match=r"is not C-contiguous \(strides \(8,\)\)"):
+        lib.fill(1, 64, CudaArrayInterface(ptr, (128,), strides=(8,)), 1.0)
+    other = kiln.load_library(lib_dir).empty(256, np.float32)  # another context's cuMemAlloc
+    with pytest.raises(kiln.LaunchError, match="register: 1073741824 bytes at 0x.*, whose "
+                       "allocation has 1024 bytes from there"):
+        lib.fill(1, 64, CudaArrayInterface(other.ptr, (2**28,)), 1.0)
+    lib.fill(4, 64, CudaArrayInterface(other.ptr, (256,)), 3.0)
+    np.testing.assert_array_equal(other.copy_to_host(), np.full(256, 3.0, np.float32))
+    lib.fill(1, 64, CudaArrayInterface(ptr, (64,)), 7.0)  # x's first 64: fine afterwards
+    np.testing.assert_array_equal(x.numpy()[:64], np.full(64, 7.0, np.float32))
+
+
 def test_a_written_read_only_array_is_refused(checked_library) -> None:
     """An entry point writing a read-only NumPy array (here one over bytes) raises a kiln
     error before launching; read-only inputs are fine."""
