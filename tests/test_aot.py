@@ -657,8 +657,7 @@ TARGET_REGISTERED_CHECKS = {
                "register": (1, "the opencl target uses only memory from chk_alloc")},
     "cuda": {**REGISTERED_CHECKS,
              "register_past_allocation": (1, "register: 8192 bytes at 0x"),
-             "register_host_pointer": (1, "is not memory the CUDA driver knows (a host "
-                                       "pointer?)")},
+             "register_host_pointer": (1, "is not device memory")},
 }
 """The opencl target registers nothing; cuda checks device memory with the driver."""
 

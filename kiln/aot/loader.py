@@ -92,6 +92,11 @@ def check_destination(out: Any, shape: tuple[int, ...], dtype: np.dtype, what: s
         raise LaunchError(f"{what}: the array is read-only")
 
 
+REGISTRATION = ("register", "unregister")
+"""Functions of libraries built since they lend the program's memory (format 2 without
+them loads, and refuses CUDA arrays)."""
+
+
 MAX_DIM = 2**31 - 1
 """The largest grid or block dimension (also the library's own limit; uint32 would wrap)."""
 
@@ -216,6 +221,10 @@ class EntryPoint:
                 raise LaunchError(f"{where}: a {type(value).__name__} lives in CUDA memory, "
                                   f"which a {self.library.target} library cannot use; pass "
                                   "a NumPy array")
+            if not hasattr(self.library._lib, f"{self.library.prefix}_register"):
+                raise LaunchError(f"{where}: this library was built without "
+                                  f"{self.library.prefix}_register, which CUDA arrays need: "
+                                  "rebuild it with this kiln (kiln build)")
             return ForeignArray(where, p, value, elem)
         if not isinstance(value, (LibraryArray, np.ndarray)):
             raise LaunchError(f"{where}: expected a {p['ndim']}-d {elem.dtype.name} array "
@@ -286,6 +295,8 @@ class Library:
             "unregister": (ctypes.c_int, [ctx, ptr]),
         }
         for name, (restype, argtypes) in signatures.items():
+            if name in REGISTRATION and not hasattr(self._lib, f"{self.prefix}_{name}"):
+                continue  # built before registration: CUDA arrays are refused
             fn = self._fn(name)
             fn.restype, fn.argtypes = restype, argtypes
 

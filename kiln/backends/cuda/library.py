@@ -292,12 +292,13 @@ static int kiln_foreign_check({lib}_context *ctx, const void *ptr, size_t nbytes
         const char *name = NULL;
         cu.GetErrorName(r, &name);
         return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
-                         "register: %p is not memory the CUDA driver knows (a host pointer?): "
-                         "cuPointerGetAttribute: %s (%d)", ptr, name ? name : "?", r);
+                         "register: %p is not device memory the CUDA driver knows (a host "
+                         "pointer?): cuPointerGetAttribute: %s (%d)", ptr, name ? name : "?", r);
     }}
     if (type != CU_MEMORYTYPE_DEVICE)
         return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
-                         "register: %p is not device memory (CUDA memory type %u)", ptr, type);
+                         "register: %p is not device memory (CUDA memory type %u, not %d)",
+                         ptr, type, CU_MEMORYTYPE_DEVICE);
     if (ordinal != ctx->ordinal)
         return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
                          "register: %p is memory of CUDA device %d; the context is on device %d",
