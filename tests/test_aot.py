@@ -806,6 +806,11 @@ def test_a_cuda_library_takes_cuda_arrays_of_other_libraries(tmp_path) -> None:
         lib.fill(1, 64, CudaArrayInterface(ptr, (32,), "<f8"), 1.0)
     with pytest.raises(kiln.LaunchError, match=r"is not C-contiguous \(strides \(8,\)\)"):
         lib.fill(1, 64, CudaArrayInterface(ptr, (128,), strides=(8,)), 1.0)
+    with pytest.raises(kiln.LaunchError, match=r"shape \(2147483648,\) is not extents from 0 "
+                       r"to 2\^31-1"):
+        lib.fill(1, 64, CudaArrayInterface(ptr, (2**31,)), 1.0)
+    with pytest.raises(kiln.LaunchError, match="__cuda_array_interface__ cannot be read"):
+        lib.fill(1, 64, CudaArrayInterface(ptr, ("many",)), 1.0)
     other = kiln.load_library(lib_dir).empty(256, np.float32)  # another context's cuMemAlloc
     with pytest.raises(kiln.LaunchError, match="register: 1073741824 bytes at 0x.*, whose "
                        "allocation has 1024 bytes from there"):

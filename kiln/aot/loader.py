@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
+import math
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -144,22 +145,33 @@ class ForeignArray:
     its device pointer, shape and bytes, checked against one array parameter."""
 
     def __init__(self, where: str, p: dict[str, Any], value: Any, elem: ScalarType) -> None:
-        interface = value.__cuda_array_interface__
-        self.shape = tuple(int(n) for n in interface["shape"])
-        dtype = np.dtype(interface["typestr"])
+        try:
+            interface = value.__cuda_array_interface__
+            self.shape = tuple(int(n) for n in interface["shape"])
+            dtype = np.dtype(interface["typestr"])
+            strides = interface.get("strides")
+            self.ptr, readonly = int(interface["data"][0]), bool(interface["data"][1])
+            stream = interface.get("stream")
+            self.stream = None if stream is None else int(stream)
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+            raise LaunchError(f"{where}: the {type(value).__name__}'s "
+                              f"__cuda_array_interface__ cannot be read: {exc!r}") from None
+        if not all(0 <= n <= MAX_DIM for n in self.shape):
+            raise LaunchError(f"{where}: the {type(value).__name__}'s shape {self.shape} is "
+                              "not extents from 0 to 2^31-1 (the library's int32_t)")
+        if not 0 <= self.ptr < 2**64 or not 0 <= (self.stream or 0) < 2**64:
+            raise LaunchError(f"{where}: the {type(value).__name__}'s pointer {self.ptr:#x} "
+                              f"or stream {self.stream} is not an address")
         if dtype != elem.dtype or len(self.shape) != p["ndim"]:
             raise LaunchError(f"{where}: expected a {p['ndim']}-d {elem.dtype.name} array, got "
                               f"a {len(self.shape)}-d {dtype.name} one")
-        strides = interface.get("strides")
         if strides is not None and tuple(strides) != c_strides(self.shape, dtype.itemsize):
             raise LaunchError(f"{where}: the {type(value).__name__} is not C-contiguous "
                               f"(strides {tuple(strides)}); pass a contiguous copy")
-        self.ptr, readonly = int(interface["data"][0]), bool(interface["data"][1])
         if readonly and p.get("written"):
             raise LaunchError(f"{where}: the kernel writes it, and the "
                               f"{type(value).__name__} is read-only")
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * dtype.itemsize
-        self.stream = interface.get("stream")
+        self.nbytes = math.prod(self.shape) * dtype.itemsize
 
 
 def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
