@@ -5,6 +5,7 @@ errors (exit status 2, nothing half-written)."""
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
 import os
 import platform
@@ -238,6 +239,14 @@ def broken(x: f32[:], n: i32):
 @kiln.kernel
 def scaled(x: f32[:], k: kiln.constexpr):
     x[0] = x[0] * k
+
+@kiln.func
+def depth(n: i32) -> i32:
+    return 0 if n <= 0 else 1 + depth(n - 1)
+
+@kiln.kernel
+def recurses(x: i32[:]):
+    x[0] = depth(x[0])
 '''
 
 
@@ -261,6 +270,8 @@ def scaled(x: f32[:], k: kiln.constexpr):
     (["--kernel", "scaled:f32[:],[1, 2]"], "parameter k is a constexpr: a constexpr value is a "
      "Python literal that can be a dict key"),
     (["--kernel", "generic:f32[:],constexpr({})"], "a constexpr value is a Python literal"),
+    (["--kernel", "recurses", "--target", "opencl"], "`depth` is recursive and the opencl "
+     "backend cannot recurse: give it a depth to inline it to, @kiln.func(max_depth=N)"),
 ])
 def test_errors_exit_2_and_leave_nothing(args, message, tmp_path, capsys) -> None:
     module = tmp_path / "bad.py"
@@ -574,14 +585,19 @@ def sanitizer_flags() -> list[str]:
 
 
 def check_api_output(stdout: str, target: str) -> None:
+    check_client_output(stdout, {**API_CHECKS, **TARGET_API_CHECKS.get(target, {})})
+
+
+def check_client_output(stdout: str, expected: dict[str, tuple[int, str]]) -> None:
+    """A client's `LABEL STATUS MESSAGE` lines, then `ok`: every label expected, with its
+    status and part of its message."""
     lines = stdout.splitlines()
-    assert lines[-1] == "ok", stdout
+    assert lines and lines[-1] == "ok", stdout
     got = {}
     for line in lines[:-1]:
         label, status, message = (line.split(" ", 2) + [""])[:3]
         got[label] = (int(status), message)
-    expected = {**API_CHECKS, **TARGET_API_CHECKS.get(target, {})}
-    assert set(got) == set(expected)
+    assert set(got) == set(expected), stdout
     for label, (status, part) in expected.items():
         assert got[label][0] == status and part in got[label][1], (label, got[label])
 
@@ -604,20 +620,85 @@ def test_c_api_refuses_bad_calls_without_crashing(target, tmp_path) -> None:
     check_api_output(result.stdout, target)
 
 
+REGISTRATION_REFUSALS = {
+    "register_null_context": (1, "register: the context is NULL"),
+    "register_null": (1, "register: ptr is NULL"),
+    "register_zero_bytes": (1, "register: nbytes is 0 at 0x"),
+    "register_wraps": (1, "register: 64 bytes at 0xfffffffffffffff7 run past the end of the "
+                       "address space"),
+    "register_allocation": (1, "overlap memory the context has already (chk_alloc or "
+                            "chk_register)"),
+}
+REGISTERED_CHECKS = {
+    **REGISTRATION_REFUSALS,
+    "register": (0, ""),
+    "register_overlap": (1, "register: 16 bytes at 0x"),
+    "register_twice": (1, "register: 4096 bytes at 0x"),
+    "launch_past_registered": (1, "fill: argument 'x' has 1024 elements of 4 bytes; its memory "
+                               "has 4056 bytes from there"),
+    "launch_misaligned": (1, "is not aligned to its 4-byte elements"),
+    "to_host_past_registered": (1, "copy_to_host: 4096 bytes at device_src, which has 4092 "
+                                "bytes from there"),
+    "to_device_past_registered": (1, "copy_to_device: 4096 bytes at device_dst, which has "
+                                  "4092 bytes"),
+    "within_past_registered": (1, "copy_device_to_device: 4096 bytes at device_dst, which has "
+                               "4092 bytes"),
+    "free_registered": (1, "is registered memory, which the program owns (chk_unregister "
+                        "forgets it)"),
+    "unregister_allocation": (1, "is memory from chk_alloc (chk_free releases it)"),
+    "unregister_inside": (1, "is not memory registered with this context (chk_register"),
+    "unregister_null_context": (1, "unregister: the context is NULL"),
+    "unregister_twice": (1, "is not memory registered with this context"),
+    "launch_unregistered": (1, "is not memory of this context (chk_alloc or chk_register)"),
+    "to_host_unregistered": (1, "copy_to_host: device_src (0x"),
+}
+"""What tests/aot/registered_memory_client.c's refused calls must return."""
+TARGET_REGISTERED_CHECKS = {
+    "opencl": {**REGISTRATION_REFUSALS,
+               "register": (1, "the opencl target uses only memory from chk_alloc")},
+    "cuda": {**REGISTERED_CHECKS,
+             "register_past_allocation": (1, "register: 8192 bytes at 0x"),
+             "register_host_pointer": (1, "is not device memory")},
+}
+"""The opencl target registers nothing; cuda checks device memory with the driver."""
+
+
+@pytest.mark.parametrize("target", target_params())
+def test_c_program_launches_on_memory_it_registers(target, tmp_path) -> None:
+    """The program's own memory (cpu: malloc'd; cuda: device memory another context
+    allocated) registered with chk_register: launches and copies on it give the expected
+    values (on cpu in the program's array itself), and access past its end, a misaligned
+    array, chk_free of it, unregistering twice and use after chk_unregister are refused.
+    OpenCL refuses every registration. Built with AddressSanitizer."""
+    lib = tmp_path / "lib"
+    build(CHECKED, lib, "--target", target, "--block", "staged=64", name="chk")
+    exe = tmp_path / "client"
+    compile_program(HERE / "registered_memory_client.c", lib, "chk", exe, *sanitizer_flags())
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0:protect_shadow_gap=0"}
+    mode = "device" if target == "cuda" else "host"
+    result = subprocess.run([str(exe), mode], capture_output=True, text=True, timeout=300,
+                            env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    check_client_output(result.stdout, TARGET_REGISTERED_CHECKS.get(target, REGISTERED_CHECKS))
+
+
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 @pytest.mark.skipif(not backend_entry("cpu").available, reason="no C compiler with OpenMP")
 def test_c_api_checks_run_clean_under_valgrind(tmp_path) -> None:
-    """The same program against the cpu library under valgrind's memcheck: no invalid
-    read or write anywhere (OpenCL and CUDA drivers are too slow or noisy under it)."""
+    """The same programs (bad calls; registered memory) against the cpu library under
+    valgrind's memcheck: no invalid read or write anywhere, the library's own included
+    (OpenCL and CUDA drivers are too slow or noisy under it)."""
     lib = tmp_path / "lib"
     build(CHECKED, lib, "--target", "cpu", "--block", "staged=64", name="chk")
-    exe = tmp_path / "client"
-    compile_program(HERE / "api_checks_client.c", lib, "chk", exe)
-    result = subprocess.run(["valgrind", "--error-exitcode=1", "--quiet", str(exe)],
-                            capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "OMP_NUM_THREADS": "2"})
-    assert result.returncode == 0, result.stdout + result.stderr
-    check_api_output(result.stdout, "cpu")
+    for client, expected in (("api_checks_client.c", {**API_CHECKS}),
+                             ("registered_memory_client.c", REGISTERED_CHECKS)):
+        exe = tmp_path / client.removesuffix(".c")
+        compile_program(HERE / client, lib, "chk", exe)
+        result = subprocess.run(["valgrind", "--error-exitcode=1", "--quiet", str(exe), "host"],
+                                capture_output=True, text=True, timeout=600,
+                                env={**os.environ, "OMP_NUM_THREADS": "2"})
+        assert result.returncode == 0, result.stdout + result.stderr
+        check_client_output(result.stdout, expected)
 
 
 @pytest.fixture(scope="module", params=target_params())
@@ -677,6 +758,68 @@ def test_copy_to_host_checks_the_destination(checked_library) -> None:
     out = np.empty(1000, np.float32)
     assert big.copy_to_host(out) is out
     np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32))
+
+
+class CudaArrayInterface:
+    """An object that says it is a CUDA array (only its interface is read)."""
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str = "<f4",
+                 strides: tuple[int, ...] | None = None) -> None:
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr,
+                                         "data": (ptr, False), "strides": strides,
+                                         "version": 3, "stream": None}
+
+
+def test_a_cuda_array_is_refused_by_a_library_of_another_target(checked_library) -> None:
+    """Only a cuda library takes CUDA arrays; others refuse them by name, before launching
+    (their pointers are not host memory)."""
+    target, lib_dir = checked_library
+    if target == "cuda":
+        pytest.skip("the cuda library takes CUDA arrays (test_a_cuda_library_takes_...)")
+    lib = kiln.load_library(lib_dir)
+    with pytest.raises(kiln.LaunchError, match=rf"argument 'x' \(#1\) of fill: a "
+                       rf"CudaArrayInterface lives in CUDA memory, which a {target} library "
+                       r"cannot use; pass a NumPy array"):
+        lib.fill(1, 64, CudaArrayInterface(0x1000, (64,)), 1.0)
+
+
+@pytest.mark.skipif(not backend_entry("cuda").available,
+                    reason=f"no CUDA GPU: {backend_entry('cuda').reason}")
+def test_a_cuda_library_takes_cuda_arrays_of_other_libraries(tmp_path) -> None:
+    """Arrays of another CUDA library (kiln's own, through `__cuda_array_interface__`) are
+    registered for the launch: the kernels work on them in place, the same array may be
+    passed twice, and a wrong dtype, a non-contiguous array or a span past the
+    allocation is refused."""
+    lib_dir = tmp_path / "lib"
+    build(CHECKED, lib_dir, "--target", "cuda", "--block", "staged=64", name="chk")
+    lib = kiln.load_library(lib_dir)
+    x = kiln.to_device(np.arange(256, dtype=np.float32), device="cuda")
+    out = kiln.to_device(np.zeros(256, np.float32), device="cuda")
+    lib.staged(4, 64, x, out)
+    np.testing.assert_array_equal(out.numpy(), np.concatenate(
+        [np.arange(63, -1, -1) + 64 * k for k in range(4)]).astype(np.float32))
+    lib.fill(4, 64, out, 2.5)
+    np.testing.assert_array_equal(out.numpy(), np.full(256, 2.5, np.float32))
+    lib.staged(4, 64, out, out)  # one array twice: registered once
+    ptr = x.__cuda_array_interface__["data"][0]
+    with pytest.raises(kiln.LaunchError, match="expected a 1-d float32 array, got a 1-d "
+                       "float64 one"):
+        lib.fill(1, 64, CudaArrayInterface(ptr, (32,), "<f8"), 1.0)
+    with pytest.raises(kiln.LaunchError, match=r"is not C-contiguous \(strides \(8,\)\)"):
+        lib.fill(1, 64, CudaArrayInterface(ptr, (128,), strides=(8,)), 1.0)
+    with pytest.raises(kiln.LaunchError, match=r"shape \(2147483648,\) is not extents from 0 "
+                       r"to 2\^31-1"):
+        lib.fill(1, 64, CudaArrayInterface(ptr, (2**31,)), 1.0)
+    with pytest.raises(kiln.LaunchError, match="__cuda_array_interface__ cannot be read"):
+        lib.fill(1, 64, CudaArrayInterface(ptr, ("many",)), 1.0)
+    other = kiln.load_library(lib_dir).empty(256, np.float32)  # another context's cuMemAlloc
+    with pytest.raises(kiln.LaunchError, match="register: 1073741824 bytes at 0x.*, whose "
+                       "allocation has 1024 bytes from there"):
+        lib.fill(1, 64, CudaArrayInterface(other.ptr, (2**28,)), 1.0)
+    lib.fill(4, 64, CudaArrayInterface(other.ptr, (256,)), 3.0)
+    np.testing.assert_array_equal(other.copy_to_host(), np.full(256, 3.0, np.float32))
+    lib.fill(1, 64, CudaArrayInterface(ptr, (64,)), 7.0)  # x's first 64: fine afterwards
+    np.testing.assert_array_equal(x.numpy()[:64], np.full(64, 7.0, np.float32))
 
 
 def test_a_written_read_only_array_is_refused(checked_library) -> None:
@@ -759,6 +902,87 @@ def test_a_non_debug_build_has_no_checks(tmp_path) -> None:
     assert "indices are checked" not in header and "kiln_status" not in header
 
 
+def embedded_opencl_source(library: Path) -> str:
+    """The OpenCL C an opencl library holds (one C string holding `__kernel`)."""
+    data = library.read_bytes()
+    at = data.index(b"__kernel")
+    return data[data.rfind(b"\0", 0, at) + 1:data.index(b"\0", at)].decode()
+
+
+def defined_functions(source: str) -> list[tuple[str, str]]:
+    """(name, body) of each function defined in C source, in order."""
+    heads = list(re.finditer(r"^[\w ]+?\b(\w+)\([^;{]*\)\s*\{", source, re.M))
+    return [(m[1], source[m.end():heads[k + 1].start() if k + 1 < len(heads) else None])
+            for k, m in enumerate(heads)]
+
+
+@pytest.mark.skipif(bool(opencl_loader_missing()), reason=opencl_loader_missing())
+def test_an_opencl_library_bounds_recursion_as_in_process_compiles_do(tmp_path) -> None:
+    """OpenCL C forbids recursion: the opencl library inlines `fib` to its max_depth (no
+    function of its OpenCL C calls itself or one defined after it) and computes the right
+    values on PoCL, as `kiln.launch` does on the opencl backend; a launch going deeper
+    returns REC_ERROR_RECURSION_DEPTH (kiln.RecursionDepthError) with the in-process
+    message, and the context works afterwards."""
+    lib = tmp_path / "lib"
+    build(HERE / "recursive_kernels.py", lib, "--target", "opencl", name="rec")
+    functions = defined_functions(embedded_opencl_source(lib / "librec.so"))
+    names = [name for name, _ in functions]
+    assert "fib_depth12" in names and names[-1] == "fibs"
+    for k, (name, body) in enumerate(functions):
+        called = set(re.findall(r"\b(\w+)\(", body)) & set(names)
+        assert called <= set(names[:k]), f"{name} calls {called - set(names[:k])}"
+    header = (lib / "rec.h").read_text()
+    assert "REC_ERROR_RECURSION_DEPTH = 6" in header
+    assert "returns REC_ERROR_RECURSION_DEPTH when a call goes deeper */" in header
+    assert "indices are checked" not in header
+    library = kiln.load_library(lib)
+    out = np.zeros(12, np.int32)
+    library.fibs(1, 12, out, 12)
+    expected = [0, 1]
+    while len(expected) < 12:
+        expected.append(expected[-1] + expected[-2])
+    np.testing.assert_array_equal(out, expected)
+    with pytest.raises(kiln.RecursionDepthError, match=r"recursive_kernels.py:12:\d+: "
+                       r"recursion: `fib` recursed deeper than its max_depth=12 in kernel "
+                       r"`fibs` on the opencl backend"):
+        library.fibs(1, 14, np.zeros(14, np.int32), 14)
+    out[:] = 0
+    library.fibs(1, 12, out, 12)
+    np.testing.assert_array_equal(out, expected)
+
+
+WARP_KERNEL = '''
+import kiln
+from kiln import f32
+
+
+@kiln.kernel
+def lanes(x: f32[:], out: f32[:]):
+    i = kiln.global_id(0)
+    out[i] = kiln.shuffle_down(x[i], 1) * f32(kiln.warp_size) + f32(kiln.lane_id)
+'''
+
+
+@pytest.mark.skipif(not backend_entry("cpu").available, reason="no C compiler with OpenMP")
+def test_a_cpu_library_runs_warp_operations_as_in_process_launches_do(tmp_path) -> None:
+    """cpu threads run as loops, so their warps have one thread: the build lowers warp
+    operations as in-process cpu compiles do (it refused them), with the same results."""
+    module = tmp_path / "warps.py"
+    module.write_text(WARP_KERNEL)
+    build(module, tmp_path / "lib", "--target", "cpu", name="warps")
+    x = np.arange(128, dtype=np.float32)
+    out = np.zeros(128, np.float32)
+    kiln.load_library(tmp_path / "lib").lanes(2, 64, x, out)
+    np.testing.assert_array_equal(out, x)  # one lane: shuffle_down keeps its own value
+    spec = importlib.util.spec_from_file_location("warps", module)
+    assert spec is not None and spec.loader is not None
+    warps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(warps)
+    in_process = np.zeros(128, np.float32)
+    kiln.launch(warps.lanes, 2, 64, (x, in_process), device="cpu")
+    np.testing.assert_array_equal(out, in_process)
+
+
 @pytest.mark.skipif(bool(nvrtc_missing()), reason=nvrtc_missing())
 def test_cuda_library_of_checked_kernels_builds_without_a_gpu(tmp_path) -> None:
     """The cuda library of the checked kernels (a debug one, a fixed block shape) builds
@@ -770,13 +994,17 @@ def test_cuda_library_of_checked_kernels_builds_without_a_gpu(tmp_path) -> None:
     header = (lib / "chk.h").read_text()
     assert "CHK_ERROR_KERNEL = 5" in header and " *   block: 64x1x1 */" in header
     assert "chk_copy_to_host(chk_context *ctx, void *host_dst, size_t host_bytes," in header
-    exe = tmp_path / "client"
-    compile_program(HERE / "api_checks_client.c", lib, "chk", exe)
-    if backend_entry("cuda").available:
-        return
-    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
-    assert "chk_context_create failed (2): no NVIDIA driver" in result.stderr
+    assert "chk_register(chk_context *ctx, void *ptr, size_t nbytes);" in header
+    assert "cuPointerGetAttribute" in header
+    for client in ("api_checks_client.c", "registered_memory_client.c"):
+        exe = tmp_path / client.removesuffix(".c")
+        compile_program(HERE / client, lib, "chk", exe)
+        if backend_entry("cuda").available:
+            continue
+        result = subprocess.run([str(exe), "device"], capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 1
+        assert "chk_context_create failed (2): no NVIDIA driver" in result.stderr
 
 
 def bundled_opencl_loader(monkeypatch) -> str:

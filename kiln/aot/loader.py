@@ -1,8 +1,10 @@
 """`kiln.load_library(DIR)`: Python callables that launch through a built library.
 
 Only the manifest and `libNAME.so` are read: no frontend, no compiler, no backend. Array
-arguments are `LibraryArray`s (memory of the library's context) or NumPy arrays, which
-are copied in, and back out when the kernel writes them.
+arguments are `LibraryArray`s (memory of the library's context), NumPy arrays, which are
+copied in, and back out when the kernel writes them, or, for a cuda library, CUDA arrays
+of other libraries (`__cuda_array_interface__`: CuPy, PyTorch, kiln's own), registered
+with the context (`NAME_register`) for the launch.
 """
 
 from __future__ import annotations
@@ -10,15 +12,17 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..codegen.library import MANIFEST_FORMAT
-from ..errors import IndexOutOfBoundsError, LaunchError
+from ..errors import IndexOutOfBoundsError, LaunchError, RecursionDepthError
 from ..ir.types import SCALAR_BY_NAME, ScalarType, fits
 
 CTYPES: dict[str, Any] = {
@@ -53,6 +57,17 @@ def opencl_loader() -> str | None:
     return None
 
 
+def cuda_stream_synchronize(stream: int) -> None:
+    """Wait for a CUDA stream of another library (its handle, as the CUDA array interface
+    gives it), through the driver a cuda library loads too."""
+    driver = ctypes.CDLL("libcuda.so.1")
+    driver.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
+    status = driver.cuStreamSynchronize(stream)
+    if status != 0:
+        raise LibraryError(f"cuStreamSynchronize of the array's stream {stream:#x} failed: "
+                           f"CUDA error {status}")
+
+
 class LibraryError(RuntimeError):
     """A library call failed; the message is the library's own (`NAME_error_string`)."""
 
@@ -61,7 +76,7 @@ class LibraryLaunchError(LibraryError, LaunchError):
     """The library refused a call's arguments (`NAME_ERROR_INVALID_ARGUMENT`)."""
 
 
-INVALID_ARGUMENT, OUT_OF_MEMORY, KERNEL_CHECK = 1, 3, 5
+INVALID_ARGUMENT, OUT_OF_MEMORY, KERNEL_CHECK, RECURSION_DEPTH = 1, 3, 5, 6
 """The status codes (`NAME.h`) that raise their own errors."""
 
 
@@ -76,6 +91,11 @@ def check_destination(out: Any, shape: tuple[int, ...], dtype: np.dtype, what: s
         raise LaunchError(f"{what}: the array is not C-contiguous")
     if not out.flags.writeable:
         raise LaunchError(f"{what}: the array is read-only")
+
+
+REGISTRATION = ("register", "unregister")
+"""Functions of libraries built since they lend the program's memory (format 2 without
+them loads, and refuses CUDA arrays)."""
 
 
 MAX_DIM = 2**31 - 1
@@ -120,6 +140,49 @@ class LibraryArray:
             self.library._fn("free")(self.library._ctx, self.ptr)
 
 
+class ForeignArray:
+    """A CUDA array of another library, read through `__cuda_array_interface__` (v3):
+    its device pointer, shape and bytes, checked against one array parameter."""
+
+    def __init__(self, where: str, p: dict[str, Any], value: Any, elem: ScalarType) -> None:
+        try:
+            interface = value.__cuda_array_interface__
+            self.shape = tuple(int(n) for n in interface["shape"])
+            dtype = np.dtype(interface["typestr"])
+            strides = interface.get("strides")
+            self.ptr, readonly = int(interface["data"][0]), bool(interface["data"][1])
+            stream = interface.get("stream")
+            self.stream = None if stream is None else int(stream)
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+            raise LaunchError(f"{where}: the {type(value).__name__}'s "
+                              f"__cuda_array_interface__ cannot be read: {exc!r}") from None
+        if not all(0 <= n <= MAX_DIM for n in self.shape):
+            raise LaunchError(f"{where}: the {type(value).__name__}'s shape {self.shape} is "
+                              "not extents from 0 to 2^31-1 (the library's int32_t)")
+        if not 0 <= self.ptr < 2**64 or not 0 <= (self.stream or 0) < 2**64:
+            raise LaunchError(f"{where}: the {type(value).__name__}'s pointer {self.ptr:#x} "
+                              f"or stream {self.stream} is not an address")
+        if dtype != elem.dtype or len(self.shape) != p["ndim"]:
+            raise LaunchError(f"{where}: expected a {p['ndim']}-d {elem.dtype.name} array, got "
+                              f"a {len(self.shape)}-d {dtype.name} one")
+        if strides is not None and tuple(strides) != c_strides(self.shape, dtype.itemsize):
+            raise LaunchError(f"{where}: the {type(value).__name__} is not C-contiguous "
+                              f"(strides {tuple(strides)}); pass a contiguous copy")
+        if readonly and p.get("written"):
+            raise LaunchError(f"{where}: the kernel writes it, and the "
+                              f"{type(value).__name__} is read-only")
+        self.nbytes = math.prod(self.shape) * dtype.itemsize
+
+
+def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """The byte strides of a C-contiguous array of `shape`."""
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
 class EntryPoint:
     """One launch function: `entry(grid, block, *args)` in the kernel's parameter order
     (constexpr parameters are built in and not passed)."""
@@ -145,7 +208,7 @@ class EntryPoint:
             raise LaunchError(f"{self.name} takes {len(self.params)} argument(s) ({names}), "
                               f"got {len(args)}")
         values: list[Any] = []
-        arrays: list[LibraryArray] = []  # alive until the launch was made
+        arrays: list[LibraryArray | ForeignArray] = []  # alive until the launch was made
         copy_back: list[tuple[np.ndarray, LibraryArray]] = []
         for position, (p, value) in enumerate(zip(self.params, args)):
             where = f"argument '{p['name']}' (#{position + 1}) of {self.name}"
@@ -155,17 +218,30 @@ class EntryPoint:
                 values += [array.ptr, *array.shape]
             else:
                 values.append(_scalar(where, SCALAR_BY_NAME[p["element_type"]], value))
-        self.library._status(self.function(self.library._ctx, dim3(grid, "grid"),
-                                           dim3(block, "block"), *values))
+        launch = (self.library._ctx, dim3(grid, "grid"), dim3(block, "block"), *values)
+        with self.library._registered([a for a in arrays if isinstance(a, ForeignArray)]):
+            self.library._status(self.function(*launch))
         for host, device in copy_back:
             device.copy_to_host(host)
 
     def _array(self, where: str, p: dict[str, Any], value: Any,
-               copy_back: list[tuple[np.ndarray, LibraryArray]]) -> LibraryArray:
+               copy_back: list[tuple[np.ndarray, LibraryArray]]) -> LibraryArray | ForeignArray:
         elem = SCALAR_BY_NAME[p["element_type"]]
+        if not isinstance(value, (LibraryArray, np.ndarray)) \
+                and hasattr(value, "__cuda_array_interface__"):
+            if self.library.target != "cuda":
+                raise LaunchError(f"{where}: a {type(value).__name__} lives in CUDA memory, "
+                                  f"which a {self.library.target} library cannot use; pass "
+                                  "a NumPy array")
+            if not hasattr(self.library._lib, f"{self.library.prefix}_register"):
+                raise LaunchError(f"{where}: this library was built without "
+                                  f"{self.library.prefix}_register, which CUDA arrays need: "
+                                  "rebuild it with this kiln (kiln build)")
+            return ForeignArray(where, p, value, elem)
         if not isinstance(value, (LibraryArray, np.ndarray)):
             raise LaunchError(f"{where}: expected a {p['ndim']}-d {elem.dtype.name} array "
-                              f"(NumPy or library memory), got {type(value).__name__}")
+                              f"(NumPy, library memory or, for cuda, a CUDA array), got "
+                              f"{type(value).__name__}")
         if value.dtype != elem.dtype or value.ndim != p["ndim"]:
             raise LaunchError(f"{where}: expected a {p['ndim']}-d {elem.dtype.name} array, got "
                               f"a {value.ndim}-d {value.dtype.name} one")
@@ -227,8 +303,12 @@ class Library:
             "free": (ctypes.c_int, [ctx, ptr]),
             "copy_to_device": (ctypes.c_int, [ctx, ptr, ptr, size]),
             "copy_to_host": (ctypes.c_int, [ctx, ptr, size, ptr, size]),
+            "register": (ctypes.c_int, [ctx, ptr, size]),
+            "unregister": (ctypes.c_int, [ctx, ptr]),
         }
         for name, (restype, argtypes) in signatures.items():
+            if name in REGISTRATION and not hasattr(self._lib, f"{self.prefix}_{name}"):
+                continue  # built before registration: CUDA arrays are refused
             fn = self._fn(name)
             fn.restype, fn.argtypes = restype, argtypes
 
@@ -251,6 +331,8 @@ class Library:
             raise LibraryLaunchError(message)
         if status == KERNEL_CHECK:
             raise IndexOutOfBoundsError(message)
+        if status == RECURSION_DEPTH:
+            raise RecursionDepthError(message)
         raise LibraryError(message)
 
     def _call(self, name: str, *args: Any) -> None:
@@ -261,6 +343,27 @@ class Library:
         if not ptr:
             self._status(OUT_OF_MEMORY)
         return int(ptr)
+
+    @contextmanager
+    def _registered(self, arrays: Sequence[ForeignArray]) -> Iterator[None]:
+        """Register the foreign arrays' memory (each span once: an argument may be passed
+        twice) after their producers' streams, and unregister it after the launch (which
+        `NAME_unregister` waits for)."""
+        spans: dict[int, int] = {}
+        for a in arrays:
+            if a.nbytes:
+                spans[a.ptr] = max(spans.get(a.ptr, 0), a.nbytes)
+        for stream in {a.stream for a in arrays if a.stream is not None}:
+            cuda_stream_synchronize(stream)  # the interface's rule: the producer's work first
+        done: list[int] = []
+        try:
+            for ptr, nbytes in spans.items():
+                self._call("register", ptr, nbytes)
+                done.append(ptr)
+            yield
+        finally:
+            for ptr in done:
+                self._call("unregister", ptr)
 
     def empty(self, shape: int | Sequence[int], dtype: Any) -> LibraryArray:
         return LibraryArray(self, (shape,) if isinstance(shape, int) else tuple(shape), dtype)

@@ -10,7 +10,7 @@ from importlib import import_module
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from ..ir.passes import pipeline_for
+from ..ir.passes import lower_thread_loops, pipeline_for
 from .backend import (
     Allocator,
     Availability,
@@ -178,8 +178,12 @@ registry = BackendRegistry()
 
 def target_pipeline(backend: Backend) -> Sequence[Pass]:
     """For code generated without a device (`kiln build` for another machine): the shared
-    passes that need no device, then the backend's `codegen_passes`."""
-    return [*pipeline_for(None), *backend.codegen_passes]
+    passes that need no device, with what depends on the backend alone (recursion bounded
+    where it cannot recurse, warps of one thread where threads run as loops, as in-process
+    compiles do), then its `codegen_passes`."""
+    loops = lower_thread_loops in backend.codegen_passes
+    return [*pipeline_for(None, backend=backend, single_lane_warps=loops),
+            *backend.codegen_passes]
 
 
 def register_backend(backend: Backend, priority: int | None = None) -> None:

@@ -15,7 +15,13 @@ from typing import Any
 
 from ...codegen.library import LibraryTarget
 from ...codegen.library.entries import EntryPoint
-from ...codegen.library.glue import api_macro, c_limits, common_source, launch_functions
+from ...codegen.library.glue import (
+    api_macro,
+    c_limits,
+    common_source,
+    launch_functions,
+    registration_functions,
+)
 from ...codegen.library.host import compile_object, link_library
 from ...codegen.threadloops import BLOCK_DIMS, SLOT, SMALL_LAUNCH
 from ...framework.actions import ActionError
@@ -78,7 +84,7 @@ typedef struct {{ uint32_t x, y, z; kiln_entry_fn entry; }} kiln_variant;
     if (kiln_check_context(ctx, "alloc")) return NULL;
     size_t rounded = nbytes > SIZE_MAX - 64 ? 0 : (nbytes + 63) / 64 * 64;
     void *p = nbytes > SIZE_MAX - 64 ? NULL : aligned_alloc(64, rounded ? rounded : 64);
-    if (p && !kiln_ranges_add(&ctx->memory, p, nbytes)) {{
+    if (p && !kiln_ranges_add(&ctx->memory, p, nbytes, 0)) {{
         free(p);
         p = NULL;
     }}
@@ -89,11 +95,14 @@ typedef struct {{ uint32_t x, y, z; kiln_entry_fn entry; }} kiln_variant;
 {api} int {lib}_free({lib}_context *ctx, void *device_ptr) {{
     int status = kiln_check_context(ctx, "free");
     if (status || !device_ptr) return status;
-    if (!kiln_ranges_remove(&ctx->memory, device_ptr))
-        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
-                         "free: %p is not memory of this context ({lib}_alloc; freed twice?)",
-                         device_ptr);
-    free(device_ptr);
+    status = kiln_forget_allocation(&ctx->memory, device_ptr);
+    if (!status) free(device_ptr);
+    return status;
+}}
+
+/* Any host memory will do: the library cannot check that `nbytes` are there. */
+static int kiln_foreign_check({lib}_context *ctx, const void *ptr, size_t nbytes) {{
+    (void)ctx, (void)ptr, (void)nbytes;
     return {LIB}_SUCCESS;
 }}
 
@@ -167,7 +176,9 @@ class CpuLibrary(LibraryTarget):
     notes = (
         "cpu target: the device is this machine's cores (OpenMP; OMP_NUM_THREADS applies),",
         "its memory is host memory from {lib}_alloc (an aligned malloc; the copies are",
-        "memcpy). Launches run to completion before they return.",
+        "memcpy). Launches run to completion before they return. {lib}_register takes",
+        "any host memory (malloc'd, a framework's array); the library cannot check that",
+        "its bytes are there.",
     )
     interior_pointers = True
 
@@ -207,7 +218,8 @@ class CpuLibrary(LibraryTarget):
         fmt = {"lib": lib, "LIB": lib.upper(), "api": api_macro(lib),
                "small_launch": SMALL_LAUNCH, "count": len(entries),
                "status_words": STATUS_WORDS}
-        parts = [common_source(lib, "cpu", self.interior_pointers), RUNTIME.format(**fmt)]
+        parts = [common_source(lib, "cpu", self.interior_pointers), RUNTIME.format(**fmt),
+                 registration_functions(lib)]
         for e in entries:
             variants = _variants(e)
             names = [_entry_symbol(e.index, b) for b in variants]

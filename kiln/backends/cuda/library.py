@@ -19,7 +19,13 @@ from typing import Any
 
 from ...codegen.library import LibraryTarget
 from ...codegen.library.entries import EntryPoint
-from ...codegen.library.glue import api_macro, c_bytes, common_source, launch_functions
+from ...codegen.library.glue import (
+    api_macro,
+    c_bytes,
+    common_source,
+    launch_functions,
+    registration_functions,
+)
 from ...codegen.library.host import compile_object, link_library
 from ...framework.actions import ActionError
 from ...ir.passes.status import STATUS_WORDS
@@ -48,6 +54,11 @@ typedef unsigned long long CUdeviceptr;
 #define CU_ATTRIBUTE_MAX_GRID_DIM_X 5
 #define CU_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
 #define CU_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#define CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
+#define CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
+#define CU_MEMORYTYPE_DEVICE 2
 
 static struct {{
     CUresult (*Init)(unsigned);
@@ -71,6 +82,7 @@ static struct {{
     CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
     CUresult (*GetErrorName)(CUresult, const char **);
+    CUresult (*PointerGetAttribute)(void *, int, CUdeviceptr);
 }} cu;
 
 static const char *const kiln_cu_names[] = {{
@@ -79,6 +91,7 @@ static const char *const kiln_cu_names[] = {{
     "cuModuleLoadData", "cuModuleGetFunction", "cuModuleUnload", "cuStreamCreate",
     "cuStreamDestroy_v2", "cuStreamSynchronize", "cuLaunchKernel", "cuMemAlloc_v2",
     "cuMemFree_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2", "cuGetErrorName",
+    "cuPointerGetAttribute",
 }};
 
 static pthread_once_t kiln_cu_once = PTHREAD_ONCE_INIT;
@@ -114,6 +127,7 @@ static int kiln_cu_check(CUresult r, const char *what) {{
 
 RUNTIME = """\
 struct {lib}_context {{
+    int ordinal;
     CUdevice device;
     CUcontext context;
     CUstream stream;
@@ -168,6 +182,7 @@ static int kiln_cu_pick(int cc) {{
                          device, count);
     {lib}_context *c = calloc(1, sizeof *c);
     if (!c) return kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "context_create: out of memory");
+    c->ordinal = device;
     int major = 0, minor = 0, status = kiln_cu_check(cu.DeviceGet(&c->device, device),
                                                      "cuDeviceGet");
     if (status == {LIB}_SUCCESS) {{
@@ -244,7 +259,7 @@ static int kiln_cu_enter({lib}_context *ctx, const char *what) {{
                   name ? name : "?", r);
         return NULL;
     }}
-    if (!kiln_ranges_add(&ctx->memory, (void *)(uintptr_t)p, nbytes)) {{
+    if (!kiln_ranges_add(&ctx->memory, (void *)(uintptr_t)p, nbytes, 0)) {{
         cu.MemFree(p);
         kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: out of memory");
         return NULL;
@@ -255,11 +270,45 @@ static int kiln_cu_enter({lib}_context *ctx, const char *what) {{
 {api} int {lib}_free({lib}_context *ctx, void *device_ptr) {{
     int status = kiln_cu_enter(ctx, "free");
     if (status || !device_ptr) return status;
-    if (!kiln_ranges_remove(&ctx->memory, device_ptr))
+    status = kiln_forget_allocation(&ctx->memory, device_ptr);
+    return status ? status : kiln_cu_check(cu.MemFree((CUdeviceptr)(uintptr_t)device_ptr),
+                                           "free");
+}}
+
+/* `nbytes` at `ptr` lie in one allocation of device memory (cudaMalloc, cuMemAlloc,
+   managed memory) on the context's device, as the driver records it. */
+static int kiln_foreign_check({lib}_context *ctx, const void *ptr, size_t nbytes) {{
+    int status = kiln_cu_enter(ctx, "register");
+    if (status) return status;
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr, start = 0;
+    unsigned type = 0;
+    int ordinal = -1;
+    size_t size = 0;
+    CUresult r = cu.PointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+    if (r == 0) r = cu.PointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+    if (r == 0) r = cu.PointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p);
+    if (r == 0) r = cu.PointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p);
+    if (r != 0) {{
+        const char *name = NULL;
+        cu.GetErrorName(r, &name);
         return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
-                         "free: %p is not memory of this context ({lib}_alloc; freed twice?)",
-                         device_ptr);
-    return kiln_cu_check(cu.MemFree((CUdeviceptr)(uintptr_t)device_ptr), "free");
+                         "register: %p is not device memory the CUDA driver knows (a host "
+                         "pointer?): cuPointerGetAttribute: %s (%d)", ptr, name ? name : "?", r);
+    }}
+    if (type != CU_MEMORYTYPE_DEVICE)
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "register: %p is not device memory (CUDA memory type %u, not %d)",
+                         ptr, type, CU_MEMORYTYPE_DEVICE);
+    if (ordinal != ctx->ordinal)
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "register: %p is memory of CUDA device %d; the context is on device %d",
+                         ptr, ordinal, ctx->ordinal);
+    if (p < start || p - start > size || nbytes > size - (p - start))
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "register: %zu bytes at %p, whose allocation has %llu bytes from there",
+                         nbytes, ptr, p < start || p - start > size ? 0ULL
+                         : (unsigned long long)(size - (p - start)));
+    return {LIB}_SUCCESS;
 }}
 
 /* The copies run on the legacy default stream, which waits for the context's stream. */
@@ -311,8 +360,10 @@ class CudaLibrary(LibraryTarget):
     notes = (
         "cuda target: devices are CUDA device ordinals; each context uses the device's",
         "primary context (shared with the CUDA runtime) and a stream of its own. Device",
-        "pointers are CUdeviceptr values from {lib}_alloc; offsets into them are fine. The",
-        "driver (libcuda.so.1) is loaded at run time.",
+        "pointers are CUdeviceptr values from {lib}_alloc; offsets into them are fine.",
+        "{lib}_register takes device memory of the context's device from elsewhere",
+        "(cudaMalloc, cuMemAlloc, another library's), checked with cuPointerGetAttribute.",
+        "The driver (libcuda.so.1) is loaded at run time.",
     )
     interior_pointers = True
 
@@ -340,6 +391,7 @@ class CudaLibrary(LibraryTarget):
         source = "\n".join([common_source(lib, "cuda", self.interior_pointers),
                             DRIVER.format(LIB=lib.upper()),
                             self._runtime(lib, entries, architectures),
+                            registration_functions(lib),
                             launch_functions(lib, entries, "&ctx->limits", _launch_body,
                                              lambda k: f"(uintptr_t)ctx->status[{k}]")])
         link_library(lib, [compile_object(source, work / lib, out)], out, ["-ldl", "-lpthread"])

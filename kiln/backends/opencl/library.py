@@ -16,7 +16,13 @@ from typing import Any
 
 from ...codegen.library import LibraryTarget
 from ...codegen.library.entries import EntryPoint
-from ...codegen.library.glue import api_macro, c_string, common_source, launch_functions
+from ...codegen.library.glue import (
+    api_macro,
+    c_string,
+    common_source,
+    launch_functions,
+    registration_functions,
+)
 from ...codegen.library.host import compile_object, link_library
 from ...framework.actions import ActionError
 from ...ir.passes.status import STATUS_WORDS
@@ -277,7 +283,7 @@ static int kiln_cl_build({lib}_context *c, int k, int correct_division) {{
         kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: %zu bytes: OpenCL error %d", nbytes, e);
         return NULL;
     }}
-    if (!kiln_ranges_add(&ctx->memory, m, nbytes)) {{
+    if (!kiln_ranges_add(&ctx->memory, m, nbytes, 0)) {{
         cl.ReleaseMemObject(m);
         kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: out of memory");
         return NULL;
@@ -288,11 +294,18 @@ static int kiln_cl_build({lib}_context *c, int k, int correct_division) {{
 {api} int {lib}_free({lib}_context *ctx, void *device_ptr) {{
     int status = kiln_check_context(ctx, "free");
     if (status || !device_ptr) return status;
-    if (!kiln_ranges_remove(&ctx->memory, device_ptr))
-        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
-                         "free: %p is not memory of this context ({lib}_alloc; freed twice?)",
-                         device_ptr);
-    return kiln_cl_check(cl.ReleaseMemObject((cl_mem)device_ptr), "free");
+    status = kiln_forget_allocation(&ctx->memory, device_ptr);
+    return status ? status : kiln_cl_check(cl.ReleaseMemObject((cl_mem)device_ptr), "free");
+}}
+
+/* A cl_mem belongs to the OpenCL context that made it, and the only cl_mem of this
+   context's own are its allocations; a handle cannot be checked before it is used. */
+static int kiln_foreign_check({lib}_context *ctx, const void *ptr, size_t nbytes) {{
+    (void)ctx, (void)nbytes;
+    return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                     "register: %p: the opencl target uses only memory from {lib}_alloc (a "
+                     "cl_mem works only in the OpenCL context that made it, and each {lib} "
+                     "context has its own): copy the data in with {lib}_copy_to_device", ptr);
 }}
 
 {api} int {lib}_copy_to_device({lib}_context *ctx, void *device_dst, const void *host_src,
@@ -346,8 +359,10 @@ class OpenCLLibrary(LibraryTarget):
         "opencl target: devices are numbered as kiln numbers them (every device of every",
         "platform, in platform order); the kernels are built for the device when the",
         "context is created. Device pointers are cl_mem handles: pass them as {lib}_alloc",
-        "returned them, never offset. The ICD loader is loaded at run time: the file",
-        "KILN_OPENCL_LOADER names when set, else the system's libOpenCL.so.1.",
+        "returned them, never offset. {lib}_register refuses every pointer: a cl_mem",
+        "works only in the OpenCL context that made it, and each context has its own.",
+        "The ICD loader is loaded at run time: the file KILN_OPENCL_LOADER names when set,",
+        "else the system's libOpenCL.so.1.",
     )
     interior_pointers = False
 
@@ -361,6 +376,7 @@ class OpenCLLibrary(LibraryTarget):
               settings: dict[str, Any], work: Path, out: Path) -> dict[str, Any]:
         source = "\n".join([common_source(lib, "opencl", self.interior_pointers),
                             ICD.format(LIB=lib.upper()), self._runtime(lib, entries),
+                            registration_functions(lib),
                             launch_functions(lib, entries, "&ctx->limits", _launch_body,
                                              lambda k: f"ctx->status[{k}]")])
         link_library(lib, [compile_object(source, work / lib, out)], out, ["-ldl", "-lpthread"])

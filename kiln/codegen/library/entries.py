@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ...errors import RecursionDepthError
 from ...framework.actions import ActionError, SpecialisedKernel
 from ...framework.backend import Dim3
 from ...ir.abi import AbiParam, kernel_abi
@@ -73,6 +74,15 @@ class CParam:
 
 
 @dataclass(frozen=True)
+class EntryCheck:
+    """A run-time check of an entry: the message it reports (`check_message`) and the
+    status code (its name in `NAME.h`) the launch returns when it fails."""
+
+    message: str
+    status: str
+
+
+@dataclass(frozen=True)
 class EntryPoint:
     """One launch function: `c_name(ctx, grid, block, params...)`. `arguments` are what
     the kernel takes (the params, then its status array when it has `checks`, the
@@ -85,7 +95,7 @@ class EntryPoint:
     arguments: tuple[CParam, ...]
     written: frozenset[str]
     blocks: tuple[Dim3, ...] = ()
-    checks: tuple[str, ...] = ()
+    checks: tuple[EntryCheck, ...] = ()
 
     @property
     def params(self) -> tuple[CParam, ...]:
@@ -143,8 +153,16 @@ def entry_points(lib: str, kernels: Sequence[SpecialisedKernel],
         seen.add(c_name)
         shapes = tuple(dict.fromkeys(b for name, b in blocks if name in (None, k.kernel)))
         out.append(EntryPoint(index, c_name, k, c_params(k), frozenset(written_params(k.program)),
-                              shapes, tuple(check_message(c) for c in k.program.checks)))
+                              shapes, tuple(EntryCheck(check_message(c), check_status(c))
+                                            for c in k.program.checks)))
     return out
+
+
+def check_status(check: RuntimeCheck) -> str:
+    """The status a failed check returns: its own for recursion past max_depth, the
+    kernel check's for the others (an index out of bounds)."""
+    return "ERROR_RECURSION_DEPTH" if issubclass(check.error, RecursionDepthError) \
+        else "ERROR_KERNEL"
 
 
 def check_message(check: RuntimeCheck) -> str:

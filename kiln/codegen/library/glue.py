@@ -34,9 +34,10 @@ static int kiln_fail(int status, const char *format, ...) {{
     return status;
 }}
 
-/* A set of address ranges, sorted by start: a context's allocations, or the live
+/* A set of address ranges, sorted by start, that do not overlap: a context's memory
+   (its allocations, and the program's memory it registered: `foreign`), or the live
    contexts. Lookups are binary searches. */
-typedef struct {{ uintptr_t base; size_t nbytes; }} kiln_range;
+typedef struct {{ uintptr_t base; size_t nbytes; int foreign; }} kiln_range;
 typedef struct {{ kiln_range *items; size_t count, capacity; }} kiln_ranges;
 
 /* Where `p` is or would be inserted: the number of ranges starting at or below it. */
@@ -49,7 +50,7 @@ static size_t kiln_ranges_rank(const kiln_ranges *t, uintptr_t p) {{
     return lo;
 }}
 
-static int kiln_ranges_add(kiln_ranges *t, const void *p, size_t nbytes) {{
+static int kiln_ranges_add(kiln_ranges *t, const void *p, size_t nbytes, int foreign) {{
     if (t->count == t->capacity) {{
         size_t capacity = t->capacity ? 2 * t->capacity : 16;
         kiln_range *items = realloc(t->items, capacity * sizeof *items);
@@ -59,18 +60,34 @@ static int kiln_ranges_add(kiln_ranges *t, const void *p, size_t nbytes) {{
     }}
     size_t k = kiln_ranges_rank(t, (uintptr_t)p);
     memmove(t->items + k + 1, t->items + k, (t->count - k) * sizeof *t->items);
-    t->items[k] = (kiln_range){{(uintptr_t)p, nbytes}};
+    t->items[k] = (kiln_range){{(uintptr_t)p, nbytes, foreign}};
     t->count++;
     return 1;
 }}
 
+/* The range that starts at `p`, or NULL. */
+static kiln_range *kiln_ranges_find(const kiln_ranges *t, const void *p) {{
+    size_t k = kiln_ranges_rank(t, (uintptr_t)p);
+    return k > 0 && t->items[k - 1].base == (uintptr_t)p ? &t->items[k - 1] : NULL;
+}}
+
 /* Remove the range that starts at `p`; 0 when there is none. */
 static int kiln_ranges_remove(kiln_ranges *t, const void *p) {{
-    size_t k = kiln_ranges_rank(t, (uintptr_t)p);
-    if (k == 0 || t->items[k - 1].base != (uintptr_t)p) return 0;
-    memmove(t->items + k - 1, t->items + k, (t->count - k) * sizeof *t->items);
+    kiln_range *r = kiln_ranges_find(t, p);
+    if (!r) return 0;
+    memmove(r, r + 1, (size_t)(t->items + t->count - (r + 1)) * sizeof *t->items);
     t->count--;
     return 1;
+}}
+
+/* Whether any range shares a byte with the `nbytes` (> 0) from `p` (an empty allocation
+   holds one byte). Ranges do not overlap, so only the last one starting before the end
+   can. */
+static int kiln_ranges_overlap(const kiln_ranges *t, uintptr_t p, size_t nbytes) {{
+    size_t k = kiln_ranges_rank(t, p + (nbytes - 1));
+    if (k == 0) return 0;
+    const kiln_range *r = &t->items[k - 1];
+    return r->base + (r->nbytes ? r->nbytes - 1 : 0) >= p;
 }}
 
 /* The bytes from `p` to the end of the range holding it (KILN_INTERIOR: anywhere in it,
@@ -92,7 +109,7 @@ static int kiln_context_known(const void *ctx, int add, int remove) {{
     pthread_mutex_lock(&kiln_contexts_lock);
     size_t k = kiln_ranges_rank(&kiln_contexts, (uintptr_t)ctx);
     int known = k > 0 && kiln_contexts.items[k - 1].base == (uintptr_t)ctx;
-    if (add) known = kiln_ranges_add(&kiln_contexts, ctx, 1);
+    if (add) known = kiln_ranges_add(&kiln_contexts, ctx, 1, 0);
     else if (remove && known) kiln_ranges_remove(&kiln_contexts, ctx);
     pthread_mutex_unlock(&kiln_contexts_lock);
     return known;
@@ -116,12 +133,28 @@ static int kiln_check_memory(const kiln_ranges *memory, const char *what, const 
     long long room = kiln_ranges_room(memory, p);
     if (room < 0)
         return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
-                         "%s: %s (%p) is not memory of this context ({lib}_alloc)",
+                         "%s: %s (%p) is not memory of this context ({lib}_alloc or "
+                         "{lib}_register)",
                          what, name, p);
     if ((unsigned long long)room < nbytes)
         return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
                          "%s: %zu bytes at %s, which has %lld bytes from there",
                          what, nbytes, name, room);
+    return {LIB}_SUCCESS;
+}}
+
+/* {lib}_free's check: `ptr` is an allocation of the context, which it then forgets. */
+static int kiln_forget_allocation(kiln_ranges *memory, void *ptr) {{
+    const kiln_range *r = kiln_ranges_find(memory, ptr);
+    if (!r)
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "free: %p is not memory of this context ({lib}_alloc; freed twice?)",
+                         ptr);
+    if (r->foreign)
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "free: %p is registered memory, which the program owns "
+                         "({lib}_unregister forgets it)", ptr);
+    kiln_ranges_remove(memory, ptr);
     return {LIB}_SUCCESS;
 }}
 
@@ -222,8 +255,12 @@ static int kiln_check_array(const kiln_ranges *memory, const char *entry, const 
     long long room = kiln_ranges_room(memory, ptr);
     if (room < 0)
         return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
-                         "%s: argument '%s' (%p) is not memory of this context ({lib}_alloc)",
-                         entry, name, ptr);
+                         "%s: argument '%s' (%p) is not memory of this context ({lib}_alloc "
+                         "or {lib}_register)", entry, name, ptr);
+    if (KILN_INTERIOR && (uintptr_t)ptr % item)
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "%s: argument '%s' (%p) is not aligned to its %zu-byte elements",
+                         entry, name, ptr, item);
     if ((unsigned long long)room / item < (unsigned long long)elements)
         return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
                          "%s: argument '%s' has %lld elements of %zu bytes; its memory has %lld "
@@ -231,10 +268,10 @@ static int kiln_check_array(const kiln_ranges *memory, const char *entry, const 
     return {LIB}_SUCCESS;
 }}
 
-/* A failed run-time check's message: `template` with {{index}}, {{extent}}, {{thread}} and
-   {{block}} filled in from the status words (code, index low and high, extent, thread x y
-   z, block x y z); {{{{ and }}}} are braces. */
-static int kiln_report(const char *template, const int32_t *w) {{
+/* A failed run-time check's message, for the launch to return `status`: `template` with
+   {{index}}, {{extent}}, {{thread}} and {{block}} filled in from the status words (code,
+   index low and high, extent, thread x y z, block x y z); {{{{ and }}}} are braces. */
+static int kiln_report(const char *template, const int32_t *w, int status) {{
     char *out = kiln_message, *end = kiln_message + sizeof kiln_message - 1;
     long long index = (long long)(((uint64_t)(uint32_t)w[2] << 32) | (uint32_t)w[1]);
     for (const char *t = template; *t && out < end; ) {{
@@ -255,9 +292,61 @@ static int kiln_report(const char *template, const int32_t *w) {{
         t += skip;
     }}
     *out = 0;
-    return {LIB}_ERROR_KERNEL;
+    return status;
 }}
 """
+
+REGISTRATION = """\
+/* The program's own memory, used in place of {lib}_alloc's until it is unregistered.
+   `kiln_foreign_check` (the target's) says whether the target can use it. */
+{api} int {lib}_register({lib}_context *ctx, void *ptr, size_t nbytes) {{
+    int status = kiln_check_context(ctx, "register");
+    if (status) return status;
+    if (!ptr) return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "register: ptr is NULL");
+    if (!nbytes)
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT, "register: nbytes is 0 at %p", ptr);
+    if ((uintptr_t)ptr > UINTPTR_MAX - nbytes)
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "register: %zu bytes at %p run past the end of the address space",
+                         nbytes, ptr);
+    if (kiln_ranges_overlap(&ctx->memory, (uintptr_t)ptr, nbytes))
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "register: %zu bytes at %p overlap memory the context has already "
+                         "({lib}_alloc or {lib}_register)", nbytes, ptr);
+    status = kiln_foreign_check(ctx, ptr, nbytes);
+    if (status) return status;
+    if (!kiln_ranges_add(&ctx->memory, ptr, nbytes, 1))
+        return kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "register: out of memory");
+    return {LIB}_SUCCESS;
+}}
+
+/* Forget registered memory once no launch or copy of the context uses it (a failure
+   while waiting is returned, and the memory is forgotten all the same). */
+{api} int {lib}_unregister({lib}_context *ctx, void *ptr) {{
+    int status = kiln_check_context(ctx, "unregister");
+    if (status) return status;
+    const kiln_range *r = ptr ? kiln_ranges_find(&ctx->memory, ptr) : NULL;
+    if (!r)
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "unregister: %p is not memory registered with this context "
+                         "({lib}_register; unregistered twice?)", ptr);
+    if (!r->foreign)
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "unregister: %p is memory from {lib}_alloc ({lib}_free releases it)",
+                         ptr);
+    status = {lib}_synchronize(ctx);
+    kiln_ranges_remove(&ctx->memory, ptr);
+    return status;
+}}
+"""
+
+
+def registration_functions(lib: str) -> str:
+    """`NAME_register` and `NAME_unregister`, after the target's context struct, its
+    `NAME_synchronize` and its `kiln_foreign_check(ctx, ptr, nbytes)` (SUCCESS when the
+    target can use `nbytes` at `ptr`, else a failure saying why)."""
+    return REGISTRATION.format(lib=lib, LIB=lib.upper(), api=api_macro(lib))
+
 
 LaunchBody = Callable[[EntryPoint], str]
 """The target's launch code for one entry: C statements that end by returning a status,
@@ -295,7 +384,9 @@ def _launch_function(lib: str, e: EntryPoint, limits: str, body: LaunchBody,
     out = [f"static const {lib}_dim3 kiln_blocks_{k}[] = {{{shapes}}};"]
     if e.checks:
         out.append(f"static const char *const kiln_checks_{k}[] = {{\n    "
-                   + ",\n    ".join(c_string(m) for m in e.checks) + "};")
+                   + ",\n    ".join(c_string(c.message) for c in e.checks) + "};")
+        out.append(f"static const int kiln_check_status_{k}[] = {{"
+                   + ", ".join(f"{lib.upper()}_{c.status}" for c in e.checks) + "};")
     declarations = ", ".join(p.declaration for p in e.arguments)
     out.append(f"static int kiln_enqueue_{k}({lib}_context *ctx, {lib}_dim3 grid, "
                f"{lib}_dim3 block, {declarations}) {{\n{body(e)}}}")
@@ -325,7 +416,8 @@ def _launch_function(lib: str, e: EntryPoint, limits: str, body: LaunchBody,
             f"    if (kiln_words[0] < 0 || kiln_words[0] > {len(e.checks)})",
             f"        return kiln_fail({lib.upper()}_ERROR_KERNEL, \"{name}: status %d\", "
             "kiln_words[0]);",
-            f"    return kiln_report(kiln_checks_{k}[kiln_words[0] - 1], kiln_words);"]
+            f"    return kiln_report(kiln_checks_{k}[kiln_words[0] - 1], kiln_words, "
+            f"kiln_check_status_{k}[kiln_words[0] - 1]);"]
     else:
         lines.append("    return kiln_status;")
     out.append(f"{api_macro(lib)} {e.prototype(lib)} {{\n" + "\n".join(lines) + "\n}\n")

@@ -19,6 +19,8 @@ STATUS_CODES = (
     ("ERROR_DEVICE", 4, "the driver failed a build, launch or copy"),
     ("ERROR_KERNEL", 5, "a run-time check of the kernel failed (debug=True: an index out of "
      "bounds)"),
+    ("ERROR_RECURSION_DEPTH", 6, "a recursive function went deeper than its max_depth "
+     "(where recursion is inlined: opencl)"),
 )
 
 
@@ -31,20 +33,21 @@ def header_text(lib: str, target: str, entries: Sequence[EntryPoint], notes: Seq
                          for name, value, what in STATUS_CODES)
     target_notes = "\n".join(f" * {line}".replace("{lib}", lib).rstrip() for line in notes)
     launches = "\n\n".join(_launch_doc(lib, api, e) for e in entries)
-    interior = " (or point inside one)" if interior_pointers else " (whole handles)"
+    interior = " (or point inside it)" if interior_pointers else " (whole handles)"
     return f"""\
 /* {lib}.h: kernels built by kiln {version} (`kiln build --target {target}`).
  *
  * Every function returns a status ({lib.upper()}_SUCCESS or an error code; see
  * {lib}_error_string for the message) unless it says otherwise. Bad arguments (a NULL or
- * destroyed context, a pointer this context did not allocate, too few bytes, a grid or
- * block kiln.launch would refuse, a block shape the kernel was not built for) are
- * refused with {lib.upper()}_ERROR_INVALID_ARGUMENT before anything runs.
+ * destroyed context, a pointer this context did not allocate or register, too few
+ * bytes, a grid or block kiln.launch would refuse, a block shape the kernel was not
+ * built for) are refused with {lib.upper()}_ERROR_INVALID_ARGUMENT before anything runs.
  *
  * Launches run in the order they are made, after the copies before them;
  * {lib}_copy_to_host waits for the launches before it; {lib}_synchronize waits for all.
- * Arrays are passed as a device pointer ({lib}_alloc) followed by their extents, one
- * int32_t per dimension, row-major (C order), as the kernel's `a.shape[k]` reads them.
+ * Arrays are passed as a device pointer ({lib}_alloc, {lib}_register) followed by their
+ * extents, one int32_t per dimension, row-major (C order), as the kernel's `a.shape[k]`
+ * reads them.
  * f16 and bf16 values travel as their 16 bits (uint16_t).
  * A context is used by one thread at a time.
  *
@@ -97,11 +100,23 @@ typedef struct {lib}_context {lib}_context;
 {api} void *{lib}_alloc({lib}_context *ctx, size_t nbytes);
 
 /* Release memory from {lib}_alloc on this context (NULL is allowed; any other pointer,
-   or one released already, is refused with {lib.upper()}_ERROR_INVALID_ARGUMENT). */
+   registered memory, or one released already, is refused with
+   {lib.upper()}_ERROR_INVALID_ARGUMENT). */
 {api} int {lib}_free({lib}_context *ctx, void *device_ptr);
 
+/* Let the context use `nbytes` of the program's own memory at `ptr` (as cudaHostRegister
+   does): the copies and launches then take pointers into it, with the same checks as
+   {lib}_alloc's memory, until {lib}_unregister. The program still owns it ({lib}_free
+   refuses it) and keeps it valid until then. What it may be depends on the target (see
+   above); memory the context has already is refused. */
+{api} int {lib}_register({lib}_context *ctx, void *ptr, size_t nbytes);
+
+/* Forget memory registered at `ptr` (the pointer given to {lib}_register), after waiting
+   for the context's launches and copies: the program may then release it. */
+{api} int {lib}_unregister({lib}_context *ctx, void *ptr);
+
 /* Copies of `nbytes` bytes; they return once the source may be reused. Device pointers
-   are {lib}_alloc's{interior}; the bytes must lie inside that allocation.
+   are {lib}_alloc's or registered memory{interior}; the bytes must lie inside it.
    {lib}_copy_to_host also takes the size of `host_dst` in bytes and refuses to write
    more. A refused copy copies nothing. */
 {api} int {lib}_copy_to_device({lib}_context *ctx, void *device_dst, const void *host_src,
@@ -142,8 +157,12 @@ def _launch_doc(lib: str, api: str, e: EntryPoint) -> str:
         if isinstance(t, ConstexprType):
             lines.append(f" *   {name}: built in as {t.value!r}")
     lines.append(f" *   block: {e.block_names}" + ("" if e.blocks else " shape"))
-    if e.checks:
+    statuses = {c.status for c in e.checks}
+    if "ERROR_KERNEL" in statuses:
         lines += [" *   debug: indices are checked; the launch waits for the kernel and",
                   f" *   returns {lib.upper()}_ERROR_KERNEL naming the array and line"]
+    if "ERROR_RECURSION_DEPTH" in statuses:
+        lines += [" *   recursion is inlined to max_depth; the launch waits for the kernel and",
+                  f" *   returns {lib.upper()}_ERROR_RECURSION_DEPTH when a call goes deeper"]
     lines[-1] += " */"
     return "\n".join(lines) + f"\n{api} {e.prototype(lib)};"

@@ -81,27 +81,34 @@ class PipelineTarget(Protocol):
 
 
 def pipeline_for(device: PipelineTarget | None, *, inline: bool = False,
-                 matrix_units: bool = False) -> list[Pass]:
+                 matrix_units: bool = False, backend: BackendTraits | None = None,
+                 single_lane_warps: bool = False) -> list[Pass]:
     """The default pipeline, after the device's feature check (when a device is known) and
     before inlining of every device function (for backends that cannot call functions).
     On devices whose warps have one thread, warp operations are lowered first. Records,
     variants and vectors are lowered before anything else, so that the checks see scalars.
-    Where the device's backend cannot recurse (or every call is inlined), recursive
-    functions are inlined to the depth the user gives (`bound_recursion`). Matrix operations
-    come first: native where the device has `matrix_units`, scalar code elsewhere."""
+    Where the backend cannot recurse (or every call is inlined), recursive functions are
+    inlined to the depth the user gives (`bound_recursion`). Matrix operations come first:
+    native where the device has `matrix_units`, scalar code elsewhere. Without a device
+    (code generated for another machine), `backend` gives what depends on the backend
+    alone: operations lowered along its namespaces, recursion bounding, the check that
+    each intrinsic has an implementation; and `single_lane_warps` says its warps have one
+    thread on every device (threads run as loops)."""
+    traits = device.backend if device is not None else backend
     _, returns, lowering, *rest = default_pipeline()
     passes: list[Pass] = [lower_matrix_ops(matrix_units), returns, lowering]
+    if traits is not None:
+        passes.append(lower_operations(traits.intrinsic_namespaces))
     if device is not None:
-        passes.append(lower_operations(device.backend.intrinsic_namespaces))
         passes.append(device_feature_check(device.capabilities))
-        if device.capabilities.warp_size == 1:
-            passes.append(lower_single_lane_warps)
-    if inline or (device is not None and not device.backend.supports_recursion):
-        passes.append(bound_recursion(device.backend.name if device is not None else "this"))
+        single_lane_warps = device.capabilities.warp_size == 1
+    if single_lane_warps:
+        passes.append(lower_single_lane_warps)
+    if inline or (traits is not None and not traits.supports_recursion):
+        passes.append(bound_recursion(traits.name if traits is not None else "this"))
     passes += rest
     if inline:
         passes.append(inline_functions)
-    if device is not None:
-        passes.append(check_implementations(device.backend.name,
-                                            device.backend.intrinsic_namespaces))
+    if traits is not None:
+        passes.append(check_implementations(traits.name, traits.intrinsic_namespaces))
     return passes
