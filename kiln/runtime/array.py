@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -135,7 +137,11 @@ class DeviceArray:
 
     def copy_from_host(self, src: np.ndarray, stream: Stream | None = None) -> None:
         stream = stream or self.device.default_stream
-        src = np.ascontiguousarray(src, dtype=self.dtype)
+        try:
+            src = np.ascontiguousarray(src, dtype=self.dtype)
+        except (TypeError, ValueError) as exc:  # strings, objects: NumPy's raw message
+            raise TypeError(f"cannot copy {np.asarray(src).dtype} values into a {self.dtype} "
+                            f"device array ({exc})") from None
         if src.shape != self.shape:
             raise ValueError(f"shape {src.shape} does not match the device array's {self.shape}")
         self.device.backend.allocator.copy_host_to_device(self.buffer, src, stream.handle)
@@ -190,10 +196,26 @@ def _dtype_of(dtype: Any) -> np.dtype:
 def _layout(shape: int | tuple[int, ...], dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
     """Host shape and dtype of an array of `shape` elements (a vector type such as f32x4
     adds a last dimension of its length)."""
-    dims = tuple(int(s) for s in np.atleast_1d(shape))  # an int or a sequence of ints
-    if isinstance(dtype, VectorType):
-        return (*dims, dtype.n), dtype.elem.dtype
-    return dims, _dtype_of(dtype)
+    dims = _dims(shape)
+    dims, dt = ((*dims, dtype.n), dtype.elem.dtype) if isinstance(dtype, VectorType) \
+        else (dims, _dtype_of(dtype))
+    if math.prod(dims) * dt.itemsize > MAX_BYTES:
+        raise ValueError(f"an array of shape {dims} and dtype {dt} would take "
+                         f"{math.prod(dims) * dt.itemsize} bytes: too large")
+    return dims, dt
+
+
+MAX_BYTES = 2**63 - 1
+"""The most bytes an array may take (the allocators' sizes are signed 64-bit)."""
+
+
+def _dims(shape: Any) -> tuple[int, ...]:
+    """An int or a sequence of ints (a NumPy shape too), as NumPy takes them: no floats."""
+    try:
+        return tuple(operator.index(s) for s in np.atleast_1d(np.asarray(shape, object)))
+    except TypeError:
+        raise TypeError(f"an array's shape is an int or a tuple of ints, got {shape!r}"
+                        ) from None
 
 
 def empty(shape: int | tuple[int, ...], dtype: Any = np.float32,
@@ -232,6 +254,8 @@ def as_device_array(array: np.ndarray, device: Device | str | None = None) -> De
     why = ("it is not C-contiguous" if not array.flags.c_contiguous
            else "it is read-only" if not array.flags.writeable
            else "it is not aligned" if not array.flags.aligned else "")
+    if not why and array.size == 0 and dev.capabilities.unified_memory:
+        return empty(array.shape, array.dtype, dev)  # no memory to share (nor to map)
     shared = None if why else _share(dev, array)
     if shared is None:
         raise ValueError(
@@ -373,13 +397,15 @@ def view_of(array: DeviceArray, key: Any) -> DeviceArray:
     if picked.ndim == 0:
         raise TypeError("indexing every axis of a device array gives one element: read it "
                         "with .numpy() (or keep a slice, a[i:i+1])")
-    root = array.base or array
+    root = array.base if array.base is not None else array  # (an empty base is falsy)
     offset = array.offset + (picked.__array_interface__["data"][0]
                              - stand_in.__array_interface__["data"][0])
     shape, itemsize = picked.shape, array.dtype.itemsize
     extent = (itemsize + sum((n - 1) * s for n, s in zip(shape, picked.strides))
               if 0 not in shape else 0)
     dev = root.device
+    if extent == 0:  # reads and writes nothing: no sub-buffer (OpenCL makes none past its end)
+        return DeviceArray(dev, shape, array.dtype, root.buffer, None, root, offset)
     allocator, skip = dev.backend.allocator, offset % _alignment(dev)
     buffer = (root.buffer if offset - skip == 0 and skip + extent == root.nbytes
               else allocator.sub_buffer(dev, root.buffer, offset - skip, skip + extent)
@@ -387,7 +413,7 @@ def view_of(array: DeviceArray, key: Any) -> DeviceArray:
     if buffer is None:
         raise ValueError(f"{dev.name} cannot view its arrays (the {dev.backend.name} backend has "
                          "no sub-buffers): copy to the host with .numpy()")
-    if skip == 0 and (picked.flags.c_contiguous or extent == 0):
+    if skip == 0 and picked.flags.c_contiguous:
         return DeviceArray(dev, shape, array.dtype, buffer, None, root, offset)
     return DeviceArrayView(dev, shape, array.dtype, buffer, picked.strides, skip,
                            skip + extent, root, offset)
