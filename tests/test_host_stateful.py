@@ -400,15 +400,25 @@ class HostMachine(RuleBasedStateMachine):
         self.rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
         self.allocate(data)
 
+    @initialize(data=st.data(), n=st.integers(1, 40))
+    def kernels_arrays(self, data: st.DataObject, n: int) -> None:
+        """An f32 and an i32 array of one size on one device, for the launch rules."""
+        dev = one_of(data, DEVICES, "device")
+        for dtype in (np.float32, np.int32):
+            values = random_values(self.rng, (n,), dtype)
+            self.add_root(kiln.to_device(values, dev), values.copy(), True,
+                          f"to_device({n},):{np.dtype(dtype).name}@{dev.name}")
+
     @rule(data=st.data())
     def allocate(self, data: st.DataObject) -> None:
         dev = one_of(data, DEVICES, "device")
-        dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+        dtype = data.draw(st.one_of(st.just(np.float32), st.just(np.int32),
+                                    st.sampled_from(DTYPES)), label="dtype")  # kernels' own
         shape = data.draw(st.one_of(
             st.tuples(st.integers(0, 40)),
             st.tuples(st.integers(0, 6), st.integers(0, 6)),
             st.tuples(st.integers(1, 3), st.integers(0, 4), st.integers(1, 4))), label="shape")
-        how = data.draw(st.sampled_from(["empty", "zeros", "full", "to_device",
+        how = data.draw(st.sampled_from(["to_device", "zeros", "full", "empty",
                                          "to_device on a stream", "as_device_array"]),
                         label="how")
         values = random_values(self.rng, shape, dtype)
@@ -1028,7 +1038,7 @@ class HostMachine(RuleBasedStateMachine):
             COUNTS["runs"] += 1
 
 
-SUITE_SETTINGS = settings(max_examples=8, stateful_step_count=25, derandomize=True,
+SUITE_SETTINGS = settings(max_examples=30, stateful_step_count=40, derandomize=True,
                           deadline=None, database=None, print_blob=True,
                           phases=(Phase.explicit, Phase.generate),
                           suppress_health_check=list(HealthCheck))
