@@ -182,7 +182,9 @@ def kiln_refusal(exc: BaseException) -> bool:
     """Whether `exc` is kiln's own refusal: one of kiln's error classes, or an exception a
     `raise` statement in kiln's source made (the documented ValueError, TypeError,
     IndexError, RuntimeError of the host API). An exception from NumPy, a driver or a
-    Python built-in that kiln merely let through is raw."""
+    Python built-in that kiln merely let through is raw, also as a `ShardError`'s cause."""
+    if isinstance(exc, kiln.ShardError) and exc.__cause__ is not None:
+        return kiln_refusal(exc.__cause__)
     if isinstance(exc, KILN_ERRORS):
         return True
     frames = traceback.extract_tb(exc.__traceback__)
@@ -333,6 +335,10 @@ class HostMachine(RuleBasedStateMachine):
             return
         else:
             within(stream.synchronize, f"stream of {stream.device.name}")
+        self.forget(stream)
+
+    def forget(self, stream: kiln.Stream) -> None:
+        """`stream` has finished its work: no array waits for it any more."""
         for root in self.roots:
             root.streams.discard(stream)
 
@@ -388,8 +394,7 @@ class HostMachine(RuleBasedStateMachine):
             assert got is out, f"{what}: did not return out"
         else:
             got = within(lambda: array.copy_to_host(stream=stream), what)
-        root.streams.discard(stream)
-        self.wait_for(stream)  # copy_to_host waited for `stream`: nothing is left on it
+        self.forget(stream)  # copy_to_host waited for it
         assert_same(got, handle.model, handle.defined, f"{what} on {root.device.name}")
         COUNTS["reads"] += 1
 
@@ -841,7 +846,7 @@ class HostMachine(RuleBasedStateMachine):
             stream.synchronize()
 
         assert_refused(run, "out of bounds|outside", f"poke({handle.label}, {at})", defect)
-        root.streams.discard(stream)
+        self.forget(stream)  # the synchronize (that raised) waited for it
         try:
             self.read(handle, data)  # nothing written, and the stream works again
         except AssertionError as exc:
@@ -949,7 +954,7 @@ class HostMachine(RuleBasedStateMachine):
             raise box["error"]
         COUNTS["launch in threads"] += 1
         handle.model[...] = expect
-        root.streams = set()
+        self.forget(stream)  # the worker's copy_to_host waited for it
         assert_same(box["got"], handle.model, handle.defined, f"worker's {handle.label}")
         within(dev.synchronize, "main thread's device")
         np.testing.assert_array_equal(within(own.numpy, "main thread's array"), side * 2)
@@ -1000,6 +1005,8 @@ class HostMachine(RuleBasedStateMachine):
             if known("stale-shard-error"):
                 self.check_shards(sharded, model, data, "[known defect stale-shard-error] "
                                   "after a failing launch")
+        if cols is None:
+            self.sharded_out_of_bounds(sharded, model, data)
         if known("out-shape"):
             short = np.zeros((rows - 1, *shape[1:]), np.float32)
             assert_refused(lambda: sharded.gather(short), "out|shape",
@@ -1007,6 +1014,25 @@ class HostMachine(RuleBasedStateMachine):
         assert_refused(lambda: kiln.shard(host, [devices[0], devices[0]]), "repeat",
                        "shard over a device twice")
         assert_refused(lambda: kiln.shard(host, []), "at least one device", "shard over none")
+
+    def sharded_out_of_bounds(self, sharded: kiln.ShardedArray, model: np.ndarray,
+                              data: st.DataObject) -> None:
+        """A sharded debug launch indexing past every shard raises IndexOutOfBoundsError (at
+        the launch or the next gather), writes nothing, and later gathers are right."""
+        backends = {d.backend.name for d in sharded.devices}
+        defect = "serial-debug" if "serial" in backends else "stale-shard-error"
+        if not known(defect) or backends - {"interp"} and not known("debug-write-lands"):
+            return
+        COUNTS["sharded out of bounds"] += 1
+
+        def launch_and_gather() -> None:
+            kiln.launch_sharded(poke, (sharded, 10**6, 99.0))
+            sharded.gather()
+
+        assert_refused(launch_and_gather, "out of bounds", "a sharded launch out of bounds",
+                       defect)
+        self.check_shards(sharded, model, data, "[known defect stale-shard-error] after a "
+                          "sharded launch out of bounds")
 
     def check_shards(self, sharded: kiln.ShardedArray, model: np.ndarray,
                      data: st.DataObject, when: str) -> None:
