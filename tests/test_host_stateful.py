@@ -12,6 +12,7 @@ raw exception, a value that differs from the model or a call that does not retur
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import threading
 import traceback
@@ -144,6 +145,13 @@ def shard_scale(x: f32[:], k: f32, rows: i32, halo: i32):
     i = kiln.global_id(0)
     if i < rows:
         x[i + halo] = x[i + halo] * k
+
+
+@kiln.kernel
+def sum_into(x: f32[:], total: f32[:], rows: i32, halo: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        kiln.atomic_add(total, 0, x[i + halo])
 
 
 FACTORS = (2.0, 0.5, -1.0, -2.0, 1.0)
@@ -584,6 +592,26 @@ class HostMachine(RuleBasedStateMachine):
             if root.host is not None and not root.streams:
                 assert_same(root.host, root.model, root.defined, "shared NumPy array")
 
+    @precondition(lambda self: self.handles)
+    @rule(data=st.data())
+    def pickle_and_interop(self, data: st.DataObject) -> None:
+        """A pickled array comes back with its contents; arrays outside CUDA memory refuse
+        DLPack and the CUDA array interface, naming why."""
+        handle = self.handle(data)
+        assert handle is not None
+        array, root = handle.array, handle.root
+        self.touch([root], root.device.default_stream, data)
+        COUNTS["pickle and interop"] += 1
+        back = within(lambda: pickle.loads(pickle.dumps(array)), f"pickle {handle.label}")
+        assert isinstance(back, kiln.DeviceArray) and back.shape == array.shape
+        assert_same(within(back.numpy, "unpickled numpy()"), handle.model, handle.defined,
+                    f"unpickled {handle.label}")
+        if root.device.backend.name == "cuda":
+            return
+        assert_refused(array.__dlpack__, "DLPack", f"{handle.label}.__dlpack__()")
+        assert_refused(lambda: array.__cuda_array_interface__, "not in CUDA memory",
+                       f"{handle.label}.__cuda_array_interface__")
+
     # -- writes from the host -----------------------------------------------------------
 
     @precondition(lambda self: self.handles)
@@ -1006,6 +1034,11 @@ class HostMachine(RuleBasedStateMachine):
                 self.check_shards(sharded, model, data, "[known defect stale-shard-error] "
                                   "after a failing launch")
         if cols is None:
+            total = kiln.partials(1, f32, devices, fill=1.0)
+            kiln.launch_sharded(sum_into, (sharded, total, kiln.shard_rows, halo))
+            combined = within(lambda: total.combine(np.add), "Partials.combine")
+            assert combined[0] == model.sum(dtype=np.float64) + len(devices), (
+                f"partial sums {combined} of {model}")
             self.sharded_out_of_bounds(sharded, model, data)
         if known("out-shape"):
             short = np.zeros((rows - 1, *shape[1:]), np.float32)
