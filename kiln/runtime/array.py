@@ -130,7 +130,9 @@ class DeviceArray:
         `device`'s default stream) after the work queued on this array's default stream.
         Between parts of one device, or devices of a backend that copies between its
         devices (`PeerCopy`), nothing waits; otherwise the data goes through the host,
-        which waits for this array's device and then queues the upload."""
+        which waits for this array's device and then queues the upload. A copy to this
+        array's own device on another stream first waits for its default stream on the host
+        (kiln has no device-side wait between streams)."""
         out = empty(self.shape, self.dtype, resolve_device(device))
         copy_array(out, self, stream)
         return out
@@ -171,6 +173,8 @@ def copy_array(dst: DeviceArray, src: DeviceArray, stream: Stream | None = None)
                          f"array is on {dst.device.name}")
     backend, allocator = dst.device.backend, dst.device.backend.allocator
     if src.device is dst.device:
+        if stream is not src.device.default_stream:  # no device-side wait between streams
+            src.device.default_stream.synchronize()
         allocator.copy_device_to_device(dst.buffer, src.buffer, src.nbytes, stream.handle)
     elif src.device.backend is backend and supports(allocator, PeerCopy):
         allocator.copy_peer(dst.buffer, src.buffer, src.nbytes,
