@@ -140,6 +140,13 @@ def poke(x: f32[:], at: i32, value: f32):
         x[at] = value
 
 
+@kiln.kernel(debug=True)
+def poke_segment(x: f32[:], lo: i32, hi: i32, at: i32, value: f32):
+    if kiln.global_id(0) == 0:
+        segment = x[lo:hi]  # an in-kernel view: checked against its own length
+        segment[at] = value
+
+
 @kiln.kernel
 def shard_scale(x: f32[:], k: f32, rows: i32, halo: i32):
     i = kiln.global_id(0)
@@ -861,21 +868,34 @@ class HostMachine(RuleBasedStateMachine):
             return
         array, root = handle.array, handle.root
         backend = root.device.backend.name
-        defect = ("debug-view-bounds" if array is not root.array
-                  else "serial-debug" if backend == "serial" else None)
+        n = array.size
+        segment = data.draw(st.booleans(), label="a view in the kernel") and n > 1
+        defect = ("serial-debug" if backend == "serial"
+                  else "debug-view-bounds" if segment else None)
         if defect and not known(defect) or backend != "interp" and not known(
                 "debug-write-lands"):
             return
-        at = array.size + data.draw(st.integers(0, 3), label="past the end")
         stream = root.device.default_stream
         self.touch([root], stream, data)
         COUNTS["launch out of bounds"] += 1
+        if segment:  # x[lo:hi][at] with lo + at still inside x
+            lo = data.draw(st.integers(0, n - 2), label="lo")
+            hi = data.draw(st.integers(lo + 1, n - 1), label="hi")
+            at = data.draw(st.integers(hi - lo, n - 1 - lo), label="at")
+            what = f"poke_segment({handle.label}, {lo}:{hi}, {at})"
 
-        def run() -> None:
-            poke[1, 1](array, at, 99.0)
-            stream.synchronize()
+            def run() -> None:
+                poke_segment[1, 1](array, lo, hi, at, 99.0)
+                stream.synchronize()
+        else:
+            at = n + data.draw(st.integers(0, 3), label="past the end")
+            what = f"poke({handle.label}, {at})"
 
-        assert_refused(run, "out of bounds|outside", f"poke({handle.label}, {at})", defect)
+            def run() -> None:
+                poke[1, 1](array, at, 99.0)
+                stream.synchronize()
+
+        assert_refused(run, "out of bounds|outside", what, defect)
         self.forget(stream)  # the synchronize (that raised) waited for it
         try:
             self.read(handle, data)  # nothing written, and the stream works again
@@ -1072,7 +1092,7 @@ class HostMachine(RuleBasedStateMachine):
 
     def check_shards(self, sharded: kiln.ShardedArray, model: np.ndarray,
                      data: st.DataObject, when: str) -> None:
-        """gather (with and without out) is the model; after refresh_halo every shard's
+        """gather(out) is the model; after refresh_halo (when drawn) every shard's
         ghost rows are its neighbours' edge rows (zeros past the ends)."""
         out = np.full(model.shape, 99, np.float32)
         got = within(lambda: sharded.gather(out), f"gather(out) {when}")
