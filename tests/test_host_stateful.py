@@ -12,10 +12,12 @@ raw exception, a value that differs from the model or a call that does not retur
 from __future__ import annotations
 
 import dis
+import gc
 import os
 import pickle
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -1193,3 +1195,24 @@ def test_to_the_same_device_on_another_stream_waits_for_the_default_stream(name:
     finally:
         gate.set()
         opener.join()
+
+
+@pytest.mark.parametrize("name", [b for b in BACKENDS if b in ("interp", "cpu", "serial")])
+def test_streams_nobody_holds_end_their_threads(name: str) -> None:
+    """Each host stream is a thread (with an OpenMP team once it ran cpu kernels): a
+    program making streams as it goes must not keep them all (a long run of the machine
+    reached thousands of threads, then crashed)."""
+    dev = kiln.device(name)
+    x = kiln.to_device(np.ones(8, np.float32), dev)
+    before = threading.active_count()
+    for _ in range(150):
+        stream = kiln.Stream(dev)
+        kiln.launch(scale, dim=8, args=(x, 1.0, 8), stream=stream)
+        stream.synchronize()
+    del stream
+    gc.collect()
+    for _ in range(100):  # the threads end after their queues' last task
+        if threading.active_count() - before <= 70:
+            break
+        time.sleep(0.05)
+    assert threading.active_count() - before <= 70, "streams' threads outlive the streams"

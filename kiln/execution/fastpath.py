@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 Plan = Callable[[Sequence[Any]], bool]
 _SCALAR_TYPES = (bool, int, float, np.generic)
+MAX_PLANS = 64
+"""Plans kept per kernel (one per grid, block, device and stream), as its launchers."""
 
 
 def try_plan(kernel: Kernel, grid: Any, block: Any, device: Any, stream: Any,
@@ -100,6 +102,8 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
            + f"{''.join(f', A{j}' for j in range(len(after)))})\n    return True\n")
     )
     exec(compile(source, f"<kiln launch plan {kernel.name}>", "exec"), scope)
+    if len(kernel.launch_plans) >= MAX_PLANS:  # the oldest goes (it may hold a stream)
+        del kernel.launch_plans[next(iter(kernel.launch_plans))]
     kernel.launch_plans[key] = scope["plan"]
 
 

@@ -10,6 +10,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -27,42 +28,52 @@ class HostStream:
     many host threads the work queued here may use (None: all); kiln only stores it, and a
     backend reads `stream.threads` when it launches (the cpu backend's `team_size`). A
     split device's queue makes its streams with its share (`HostQueue.create_stream` makes
-    them with None)."""
+    them with None). The thread ends, after the work queued, once the stream is collected."""
 
     def __init__(self, name: str = "kiln-stream", threads: int | None = None) -> None:
         self.threads = threads
-        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._pending = 0
-        self._lock = threading.Condition()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
-        self._thread.start()
-
-    def _work(self) -> None:
-        while True:
-            task = self._queue.get()
-            try:
-                if task is not None and self._error is None:
-                    task()
-            except BaseException as exc:  # surfaced at the next synchronize
-                self._error = exc
-            finally:
-                with self._lock:
-                    self._pending -= 1
-                    self._lock.notify_all()
+        self._worker = worker = _Worker()
+        threading.Thread(target=worker.run, name=name, daemon=True).start()
+        weakref.finalize(self, worker.queue.put, None)
 
     def enqueue(self, task: Callable[[], None]) -> None:
-        with self._lock:
-            self._pending += 1
-        self._queue.put(task)
+        worker = self._worker
+        with worker.lock:
+            worker.pending += 1
+        worker.queue.put(task)
 
     def synchronize(self) -> None:
-        with self._lock:
-            while self._pending:
-                self._lock.wait()
-        if self._error is not None:
-            error, self._error = self._error, None
+        worker = self._worker
+        with worker.lock:
+            while worker.pending:
+                worker.lock.wait()
+        if worker.error is not None:
+            error, worker.error = worker.error, None
             raise error
+
+
+class _Worker:
+    """A `HostStream`'s queue and the state its thread shares with it. The thread holds this,
+    not the stream: a stream nobody holds is collected, and `None` queued then ends the
+    thread (each thread that ran cpu kernels also holds an OpenMP team)."""
+
+    def __init__(self) -> None:
+        self.queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.pending = 0
+        self.lock = threading.Condition()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        while (task := self.queue.get()) is not None:
+            try:
+                if self.error is None:
+                    task()
+            except BaseException as exc:  # surfaced at the next synchronize
+                self.error = exc
+            finally:
+                with self.lock:
+                    self.pending -= 1
+                    self.lock.notify_all()
 
 
 class HostEvent:
