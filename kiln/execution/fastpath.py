@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 Plan = Callable[[Sequence[Any]], bool]
 _SCALAR_TYPES = (bool, int, float, np.generic)
+MAX_PLANS = 64
+"""Plans kept per kernel (one per grid, block, device and stream), as its launchers."""
 
 
 def plan_key(grid: Any, block: Any, device: Any, stream: Any) -> tuple[Any, ...]:
@@ -117,6 +119,8 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
     exec(compile(source, f"<kiln launch plan {kernel.name}>", "exec"), scope)
     stream = key[3]
     key = plan_key(*key)
+    if len(kernel.launch_plans) >= MAX_PLANS:  # the oldest goes, as launchers do
+        del kernel.launch_plans[next(iter(kernel.launch_plans))]
     kernel.launch_plans[key] = scope["plan"]
     if stream is not None:
         weakref.finalize(stream, kernel.launch_plans.pop, key, None)

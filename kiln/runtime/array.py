@@ -135,7 +135,9 @@ class DeviceArray:
         `device`'s default stream) after the work queued on this array's default stream.
         Between parts of one device, or devices of a backend that copies between its
         devices (`PeerCopy`), nothing waits; otherwise the data goes through the host,
-        which waits for this array's device and then queues the upload."""
+        which waits for this array's device and then queues the upload. A copy to this
+        array's own device on another stream first waits for its default stream on the host
+        (kiln has no device-side wait between streams)."""
         out = empty(self.shape, self.dtype, resolve_device(device))
         copy_array(out, self, stream)
         return out
@@ -290,6 +292,8 @@ def as_device_array(array: np.ndarray, device: Device | str | None = None) -> De
     why = ("it is not C-contiguous" if not array.flags.c_contiguous
            else "it is read-only" if not array.flags.writeable
            else "it is not aligned" if not array.flags.aligned else "")
+    if not why and array.size == 0 and dev.capabilities.unified_memory:
+        return empty(array.shape, array.dtype, dev)  # no memory to share (nor to map)
     shared = None if why else _share(dev, array)
     if shared is None:
         raise ValueError(
@@ -433,13 +437,15 @@ def view_of(array: DeviceArray, key: Any) -> DeviceArray:
     if picked.ndim == 0:
         raise TypeError("indexing every axis of a device array gives one element: read it "
                         "with .numpy() (or keep a slice, a[i:i+1])")
-    root = array.base or array
+    root = array.base if array.base is not None else array  # (an empty base is falsy)
     offset = array.offset + (picked.__array_interface__["data"][0]
                              - stand_in.__array_interface__["data"][0])
     shape, itemsize = picked.shape, array.dtype.itemsize
     extent = (itemsize + sum((n - 1) * s for n, s in zip(shape, picked.strides))
               if 0 not in shape else 0)
     dev = root.device
+    if extent == 0:  # reads and writes nothing: no sub-buffer (OpenCL makes none past its end)
+        return DeviceArray(dev, shape, array.dtype, root.buffer, None, root, offset)
     allocator, skip = dev.backend.allocator, offset % _alignment(dev)
     buffer = (root.buffer if offset - skip == 0 and skip + extent == root.nbytes
               else allocator.sub_buffer(dev, root.buffer, offset - skip, skip + extent)
@@ -447,7 +453,7 @@ def view_of(array: DeviceArray, key: Any) -> DeviceArray:
     if buffer is None:
         raise ValueError(f"{dev.name} cannot view its arrays (the {dev.backend.name} backend has "
                          "no sub-buffers): copy to the host with .numpy()")
-    if skip == 0 and (picked.flags.c_contiguous or extent == 0):
+    if skip == 0 and picked.flags.c_contiguous:
         return DeviceArray(dev, shape, array.dtype, buffer, None, root, offset)
     return DeviceArrayView(dev, shape, array.dtype, buffer, picked.strides, skip,
                            skip + extent, root, offset)
