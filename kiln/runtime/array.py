@@ -150,7 +150,11 @@ class DeviceArray:
         if src.shape != self.shape:
             raise CopyError(f"copy_from_host: a source of shape {src.shape} into a device "
                             f"array of shape {self.shape}: the shapes must match")
-        src = np.require(src, self.dtype, "C")
+        try:
+            src = np.require(src, self.dtype, "C")
+        except (TypeError, ValueError) as exc:  # strings, objects: NumPy's raw message
+            raise TypeError(f"cannot copy {src.dtype} values into a {self.dtype} device "
+                            f"array ({exc})") from None
         self.device.backend.allocator.copy_host_to_device(self.buffer, src, stream.handle)
 
 
@@ -230,7 +234,8 @@ def _layout(shape: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
         return (*dims, dtype.n), dtype.elem.dtype
     dt = _dtype_of(dtype)
     if math.prod(dims) * dt.itemsize >= 2**63:
-        raise ValueError(f"an array of shape {dims} and dtype {dt} is over 2**63 bytes")
+        raise ValueError(f"an array of shape {dims} and dtype {dt} is too large: over 2**63 "
+                         "bytes")
     return dims, dt
 
 
