@@ -25,6 +25,17 @@ INDEX = {f"{kind}_{axis}": _index(kind, axis)
          for kind in ("thread_idx", "block_idx", "block_dim", "grid_dim") for axis in "xyz"}
 """Index intrinsics are i32 vectors the kernel computes once at its start."""
 
+def _ordered(kind: str) -> Callable[[Any, Any, list[str]], str]:
+    """f32 `min`/`max` through a helper (WGSL leaves NaN operands and the sign of equal
+    zeros to the driver); other types through the built-in."""
+
+    def spell(emitter: Any, call: Any, args: list[str]) -> str:
+        name = f"kiln_f{kind}" if call.args[0].type.name == "f32" else kind
+        return f"{name}({args[0]}, {args[1]})"
+
+    return spell
+
+
 MATH = {
     "sqrt": "sqrt({0})", "rsqrt": "inverseSqrt({0})", "exp": "exp({0})", "exp2": "exp2({0})",
     "log": "log({0})", "log2": "log2({0})", "log10": "kiln_log10({0})",
@@ -33,10 +44,11 @@ MATH = {
     "tanh": "tanh({0})", "floor": "floor({0})", "ceil": "ceil({0})", "trunc": "trunc({0})",
     "round": "round({0})", "erf": "kiln_erf({0})", "atan2": "kiln_atan2({0}, {1})",
     "pow": "kiln_pow({0}, {1})", "copysign": "kiln_copysign({0}, {1})",
-    "fma": "fma({0}, {1}, {2})", "abs": "abs({0})", "min": "min({0}, {1})",
-    "max": "max({0}, {1})", "isnan": "kiln_isnan({0})", "isinf": "kiln_isinf({0})",
+    "fma": "fma({0}, {1}, {2})", "abs": "abs({0})", "min": _ordered("min"),
+    "max": _ordered("max"), "isnan": "kiln_isnan({0})", "isinf": "kiln_isinf({0})",
 }
-"""`round` is half to even in WGSL, as Python's; float `min`/`max` follow IEEE minNum."""
+"""`round` is half to even in WGSL, as Python's; float `min`/`max` are IEEE 754-2019's
+minimumNumber/maximumNumber, as on every backend (a NaN operand is ignored, -0.0 < +0.0)."""
 
 SYNC = {"barrier": "workgroupBarrier()", "mem_fence": "storageBarrier()"}
 
@@ -101,6 +113,18 @@ HELPERS = {
     "kiln_isnan": """fn kiln_isnan(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
 }""",
+    "kiln_fmin": """fn kiln_fmin(a: f32, b: f32) -> f32 {
+    if (kiln_isnan(a)) { return b; }
+    if (kiln_isnan(b)) { return a; }
+    if (a == b) { return bitcast<f32>(bitcast<u32>(a) | bitcast<u32>(b)); }
+    return select(b, a, a < b);
+}""",
+    "kiln_fmax": """fn kiln_fmax(a: f32, b: f32) -> f32 {
+    if (kiln_isnan(a)) { return b; }
+    if (kiln_isnan(b)) { return a; }
+    if (a == b) { return bitcast<f32>(bitcast<u32>(a) & bitcast<u32>(b)); }
+    return select(b, a, a > b);
+}""",
     "kiln_isinf": """fn kiln_isinf(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) == 0x7f800000u;
 }""",
@@ -115,7 +139,8 @@ HELPERS = {
 """Helpers by name; the emitter adds those a program's text mentions. asin/acos are
 asin, acos, atan, atan2 are Cephes' single-precision approximations: Mesa's (within what WGSL
 allows) are off by up to 4e-4 relative."""
-HELPER_DEPENDENCIES = {"kiln_pow": ("kiln_isnan",), "kiln_acos": ("kiln_asin",),
+HELPER_DEPENDENCIES = {"kiln_pow": ("kiln_isnan",), "kiln_fmin": ("kiln_isnan",),
+                       "kiln_fmax": ("kiln_isnan",), "kiln_acos": ("kiln_asin",),
                        "kiln_atan2": ("kiln_atan", "kiln_isinf", "kiln_isnan")}
 
 
