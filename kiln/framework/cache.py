@@ -186,22 +186,32 @@ def checked_folder(path: Path) -> str | None:
     """Why `path` cannot hold cache entries (see `untrusted`), or None; made (mode 0o700,
     parents as `mkdir -p` makes them) when missing. A folder kiln cannot write is fine to
     read: writes then go to the fallback."""
+    if not os.path.lexists(path):
+        made = _made(path, parents=True)
+        if isinstance(made, str):
+            return made
+    st = _lstat(path)
+    return st if isinstance(st, str) else untrusted(st, folder=True)
+
+
+def _made(path: Path, parents: bool) -> str | None:
+    """Make the folder `path` (mode 0o700); why it could not be, or None. One made
+    meanwhile by another thread or process is fine here: the caller checks it."""
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        try:
-            path.mkdir(mode=0o700, parents=True)
-        except FileExistsError:
-            pass  # made meanwhile by another thread or process: checked below
-        except OSError as exc:
-            return f"it cannot be created ({exc.strerror or exc})"
-        try:
-            st = os.lstat(path)
-        except OSError as exc:
-            return f"it cannot be examined ({exc.strerror or exc})"
+        path.mkdir(mode=0o700, parents=parents)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return f"it cannot be created ({exc.strerror or exc})"
+    return None
+
+
+def _lstat(path: Path) -> os.stat_result | str:
+    """`path`'s own status (a link's, not its target's), or why it cannot be had."""
+    try:
+        return os.lstat(path)
     except OSError as exc:
         return f"it cannot be examined ({exc.strerror or exc})"
-    return untrusted(st, folder=True)
 
 
 @dataclass(frozen=True)
@@ -340,17 +350,12 @@ def private_folder(path: Path, make: bool = True) -> str | None:
     """Make `path` (mode 0o700, never `exist_ok`: in a shared folder such as /tmp another
     user may have made it first), or check the existing one strictly: a folder of this
     user's that no one else can even read. Why not, or None."""
-    try:
-        if make:
-            path.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        return f"it cannot be created ({exc.strerror or exc})"
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        return f"it cannot be examined ({exc.strerror or exc})"
+    made = _made(path, parents=False) if make else None
+    if made is not None:
+        return made
+    st = _lstat(path)
+    if isinstance(st, str):
+        return st
     reason = untrusted(st, folder=True)
     if reason is None and _UID is not None and st.st_mode & 0o077:
         reason = f"others can use it (mode {st.st_mode & 0o777:#o})"
