@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import requires_backend
 
 import kiln
 from kiln import f32, i32
@@ -79,9 +80,10 @@ def test_map_blocks_matches_numpy():
     assert np.array_equal(z.compute(), np.float32(2) * x + y)
 
 
-def devices_here() -> list[str]:
-    return [d for d in ("interp", "cpu", "opencl")
-            if any(e.name == d and e.available for e in kiln.backends())]
+def devices_here() -> list[object]:
+    """Each backend's device, skipped (with the reason) where the backend is unavailable."""
+    return [pytest.param(name, marks=requires_backend(name, f"kiln.dask on {name}"))
+            for name in ("interp", "cpu", "opencl", "cuda")]
 
 
 @pytest.mark.parametrize("device", devices_here())
