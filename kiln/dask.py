@@ -1,7 +1,8 @@
 """kiln kernels over the chunks of `dask.array`s (`pip install 'kiln[dask]'`).
 
 Each chunk is one launch, one thread per element of the chunk: array parameters take the
-chunks, output parameters (named in `out=`) get new chunks of the first input's chunk shape
+chunks (a NumPy array of another shape than the dask arrays' goes whole to every chunk),
+output parameters (named in `out=`) get new chunks of the first input's chunk shape
 with the element type of their annotation, and `kiln.shard_start` / `kiln.shard_rows` give
 the chunk's first row in the whole array and its rows, as in a sharded launch.
 
@@ -32,9 +33,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import cloudpickle
+import dask
 import dask.array as da
 import numpy as np
 from dask.array.dispatch import concatenate_lookup
+from dask.array.overlap import overlap
 
 from .errors import LaunchError
 from .execution.executor import check_argument
@@ -49,7 +52,7 @@ from .runtime.device import device as resolve_device
 from .runtime.device import devices as all_devices
 
 OUTPUT = "output"
-CHUNK = "chunk"
+CHUNK = "chunk"  # a chunk of a dask array, or a NumPy array passed whole to every chunk
 
 
 class KernelRef:
@@ -190,13 +193,17 @@ class ChunkLaunch:
 
     def __init__(self, kernel: Kernel, args: Sequence[Any], out: str | Sequence[str],
                  device: str | None, halo: int = 0, on_device: bool = False) -> None:
+        if not isinstance(kernel, Kernel):
+            raise LaunchError(f"kiln.dask launches a @kiln.kernel over chunks, got "
+                              f"{_describe(kernel)}")
         self.name, self.out = kernel.name, _output_names(kernel, out)
         self.__name__ = kernel.name  # what Dask names the tasks after (dashboards, keys)
         params = dict(kernel.signature)
         self.annotations = [_output_type(kernel, name, params.get(name, False))
                             for name in self.out]
         self.dtypes = [a.elem.dtype for a in self.annotations]
-        self.kinds, self.arrays = _bind(kernel, args, self.out)
+        self.kinds, self.inputs, self.arrays = _bind(kernel, args, self.out)
+        self.first = next(k for k, a in enumerate(self.inputs) if a is self.arrays[0])
         rows = self.arrays[0].chunks[0]
         self.starts = [int(s) for s in np.cumsum((0, *rows[:-1]))]
         self.ref, self.device, self.halo, self.on_device = KernelRef(kernel), device, halo, \
@@ -205,7 +212,8 @@ class ChunkLaunch:
     def __getstate__(self) -> dict[str, Any]:
         """What the workers need: not the dask arrays, whose graphs can hold all the data
         (`da.from_array`), which every task would then carry."""
-        return {name: value for name, value in vars(self).items() if name != "arrays"}
+        return {name: value for name, value in vars(self).items()
+                if name not in ("arrays", "inputs")}
 
     def start_of(self, block_info: dict[Any, Any] | None) -> int:
         """The first row, in the whole array, of the chunk that `block_info` describes."""
@@ -216,12 +224,14 @@ class ChunkLaunch:
             return self.launch_chunk(chunks, block_info)
 
     def launch_chunk(self, chunks: Sequence[Any], block_info: dict[Any, Any] | None) -> Any:
-        first = chunks[0]
-        rows = first.shape[0] - 2 * self.halo
+        first, h = chunks[self.first], self.halo
+        rows = first.shape[0] - 2 * h
         dev = worker_device(self.device)
         outputs = [empty(first.shape, dtype, dev) for dtype in self.dtypes]
         self.run(dev, chunks, outputs, self.start_of(block_info), rows,
                  (rows, *first.shape[1:]))
+        if h:  # the own rows, without the ghost rows
+            outputs = [o[h:h + rows].copy() for o in outputs]
         results = [o if self.on_device else o.numpy() for o in outputs]
         return results[0] if len(results) == 1 else tuple(results)
 
@@ -232,6 +242,12 @@ class ChunkLaunch:
                 else kind.value(start, rows) if isinstance(kind, Placeholder) else kind
                 for kind in self.kinds]
         launch(self.ref.get(), dim=dim, args=call, device=dev)
+
+
+def _describe(value: Any) -> str:
+    """What a user passed, by type and name where it has one (a function's)."""
+    name = getattr(getattr(value, "pyfunc", value), "__qualname__", None)
+    return f"{type(value).__name__} {name}" if isinstance(name, str) else repr(value)
 
 
 def _output_names(kernel: Kernel, out: str | Sequence[str]) -> list[str]:
@@ -254,19 +270,26 @@ def _output_type(kernel: Kernel, name: str, annotation: Any) -> ArrayType:
     return annotation
 
 
-def _bind(kernel: Kernel, args: Sequence[Any], out: list[str]) -> tuple[list[Any],
-                                                                        list[da.Array]]:
-    """What each parameter takes (an output, a chunk, a placeholder or a value) and the
-    arrays to take chunks from, checked now as each launch would check them: a mistake is
-    an error where the graph is built, not one per chunk on the workers. A NumPy array
-    is split as the first dask array is."""
-    inputs = [name for name, _ in kernel.signature if name not in out]
-    if len(args) != len(inputs):
-        raise LaunchError(f"{kernel.name} takes {len(inputs)} argument(s) besides its "
-                          f"outputs ({', '.join(inputs)}), got {len(args)}")
+def _bind(kernel: Kernel, args: Sequence[Any], out: list[str]
+          ) -> tuple[list[Any], list[Any], list[da.Array]]:
+    """What each parameter takes (an output, a chunk, a placeholder or a value), what the
+    tasks take chunks from (dask arrays, and NumPy arrays passed whole as one graph value
+    each) and the dask arrays among them, checked now as each launch would check them: a
+    mistake is an error where the graph is built, not one per chunk on the workers. A NumPy
+    array of the first dask array's shape is split as it is (the first NumPy array is
+    the one to split where no dask array is given); one of another shape goes whole to
+    every chunk."""
+    names = [name for name, _ in kernel.signature if name not in out]
+    if len(args) != len(names):
+        raise LaunchError(f"{kernel.name} takes {len(names)} argument(s) besides its "
+                          f"outputs ({', '.join(names)}), got {len(args)}")
     template = next((a for a in args if isinstance(a, da.Array)), None)
+    first = next((a for a in args if isinstance(a, np.ndarray)), None)
+    shape = template.shape if template is not None else first.shape if first is not None \
+        else None
     values = iter(args)
     kinds: list[Any] = []
+    inputs: list[Any] = []
     arrays: list[da.Array] = []
     for position, (name, expected) in enumerate(kernel.signature):
         if name in out:
@@ -274,10 +297,14 @@ def _bind(kernel: Kernel, args: Sequence[Any], out: list[str]) -> tuple[list[Any
             continue
         value = next(values)
         sample = 0 if isinstance(value, Placeholder) else value
-        if isinstance(value, (da.Array, np.ndarray)):
+        if isinstance(value, np.ndarray) and value.shape != shape:
+            inputs.append(dask.delayed(value, pure=True))  # in the graph once
+            value = CHUNK
+        elif isinstance(value, (da.Array, np.ndarray)):
             value = _as_dask(value, template)
             _check_chunks(kernel, name, value)
             arrays.append(value)
+            inputs.append(value)
             sample = np.broadcast_to(np.zeros((), value.dtype),  # a first chunk's shape
                                      tuple(c[0] for c in value.chunks))
             value = CHUNK
@@ -291,7 +318,7 @@ def _bind(kernel: Kernel, args: Sequence[Any], out: list[str]) -> tuple[list[Any
             raise LaunchError(f"kiln.dask: the array arguments of {kernel.name} must have "
                               f"the same shape and chunks; {arrays[0].chunks} and "
                               f"{other.chunks} differ (use x.rechunk(y.chunks))")
-    return kinds, arrays
+    return kinds, inputs, arrays
 
 
 def _check_chunks(kernel: Kernel, name: str, array: da.Array) -> None:
@@ -306,8 +333,7 @@ def _check_chunks(kernel: Kernel, name: str, array: da.Array) -> None:
 
 
 def _as_dask(value: da.Array | np.ndarray, template: da.Array | None) -> da.Array:
-    if isinstance(value, np.ndarray) and template is not None \
-            and value.shape == template.shape:
+    if isinstance(value, np.ndarray) and template is not None:
         return da.from_array(value, chunks=template.chunks)
     return da.asarray(value)
 
@@ -318,7 +344,8 @@ def _on(chunk: Any, dev: Device) -> DeviceArray:
     return to_device(np.ascontiguousarray(chunk), dev)
 
 
-def _mapped(mapper: Any, task: ChunkLaunch, **extra: Any) -> Any:
+def _mapped(task: ChunkLaunch, inputs: Sequence[Any], **extra: Any) -> Any:
+    """`task` over the chunks of `inputs` (`task.inputs`, or those with ghost rows)."""
     ndim = task.arrays[0].ndim
     for name, annotation in zip(task.out, task.annotations):
         if annotation.ndim != ndim:
@@ -326,10 +353,10 @@ def _mapped(mapper: Any, task: ChunkLaunch, **extra: Any) -> Any:
                               f"its chunks take the shape of the {ndim}-d array arguments'")
     if len(task.out) == 1:
         dtype = task.dtypes[0]
-        return _kept(task, mapper(task, *task.arrays, dtype=dtype,
-                                  meta=np.empty((0,) * ndim, dtype), **extra))
-    both = mapper(task, *task.arrays, dtype=object, meta=np.empty((0,) * ndim, object),
-                  **extra)
+        return _kept(task, da.map_blocks(task, *inputs, dtype=dtype,
+                                         meta=np.empty((0,) * ndim, dtype), **extra))
+    both = da.map_blocks(task, *inputs, dtype=object, meta=np.empty((0,) * ndim, object),
+                         **extra)
     return tuple(_kept(task, both.map_blocks(_pick, k, dtype=dt, meta=np.empty((0,) * ndim, dt)))
                  for k, dt in enumerate(task.dtypes))
 
@@ -343,22 +370,24 @@ def map_blocks(kernel: Kernel, *args: Any, out: str | Sequence[str], device: str
     """`kernel` launched on each chunk of its array arguments (aligned as
     `dask.array.map_blocks` aligns them): the dask array of the `out` parameter (a tuple
     of them for several)."""
-    return _mapped(da.map_blocks, ChunkLaunch(kernel, args, out, device, on_device=on_device))
+    task = ChunkLaunch(kernel, args, out, device, on_device=on_device)
+    return _mapped(task, task.inputs)
 
 
-def map_overlap(kernel: Kernel, *args: Any, out: str, depth: int, device: str | None = None
-                ) -> da.Array:
+def map_overlap(kernel: Kernel, *args: Any, out: str, depth: int, device: str | None = None,
+                on_device: bool = False) -> da.Array:
     """As `map_blocks`, each chunk with `depth` ghost rows from its neighbours on both
     sides of the first axis (zeros past the array's ends), laid out as a sharded array's
     halo (`kiln.shard_rows` counts the chunk's own rows); the outputs' ghost rows are
-    dropped. Chunks kept on devices come to the host first: Dask copies the ghost rows."""
+    dropped. Chunks kept on devices come to the host first: Dask copies the ghost rows
+    (`on_device=True` keeps the output's chunks on the devices, as for `map_blocks`)."""
     if not isinstance(out, str):
         raise LaunchError("kiln.dask.map_overlap writes one output: out='name'")
     if not isinstance(depth, (int, np.integer)) or isinstance(depth, bool) or depth < 0:
         raise LaunchError(f"kiln.dask.map_overlap: depth is a number of rows (an int, 0 or "
                           f"more), got {depth!r}")
     args = tuple(to_host(a) if isinstance(a, da.Array) else a for a in args)
-    task = ChunkLaunch(kernel, args, out, device, halo=int(depth))
+    task = ChunkLaunch(kernel, args, out, device, halo=int(depth), on_device=on_device)
     chunks = task.arrays[0].chunks
     across = [axis for axis in range(1, len(chunks)) if len(chunks[axis]) > 1]
     if across:
@@ -371,9 +400,10 @@ def map_overlap(kernel: Kernel, *args: Any, out: str, depth: int, device: str | 
     if depth > smallest:
         raise LaunchError(f"kiln.dask.map_overlap: depth {depth} is more than the smallest "
                           f"chunk's {smallest} rows; rechunk (x.rechunk({depth})) or lower it")
-    ndim = len(chunks)
-    return _mapped(da.map_overlap, task, depth={0: depth, **{a: 0 for a in range(1, ndim)}},
-                   boundary=0, trim=True)
+    ghosts = {0: int(depth), **{a: 0 for a in range(1, len(chunks))}}
+    zeros = {axis: 0 for axis in ghosts}
+    inputs = [overlap(a, ghosts, zeros) if isinstance(a, da.Array) else a for a in task.inputs]
+    return _mapped(task, inputs, chunks=chunks)  # the task drops the ghost rows
 
 
 def reduction(kernel: Kernel, array: Any, *args: Any, out: str, combine: np.ufunc = np.add,
@@ -391,8 +421,9 @@ def reduction(kernel: Kernel, array: Any, *args: Any, out: str, combine: np.ufun
                           f"{task.annotations[0]}; it holds one value, as a 1-d array")
     partial = PartialSum(task, combine, initial)
     x, dtype = task.arrays[0], task.dtypes[0]
-    partials = x.map_blocks(partial, chunks=tuple((1,) * len(c) for c in x.chunks),
-                            dtype=dtype, meta=np.empty((0,) * x.ndim, dtype))
+    partials = da.map_blocks(partial, *task.inputs,
+                             chunks=tuple((1,) * len(c) for c in x.chunks), dtype=dtype,
+                             meta=np.empty((0,) * x.ndim, dtype))
     return da.reduction(partials, partial.fold, partial.finish, combine=partial.fold,
                         dtype=dtype, concatenate=True)
 
@@ -410,24 +441,18 @@ class PartialSum:
             raise LaunchError(f"kiln.dask.reduction: {combine.__name__} has no identity; give "
                               "initial= (e.g. -np.inf for a maximum)")
         dtype = task.dtypes[0]
-        self.task, self.combine, self.initial = task, combine, None
+        self.task, self.combine = task, combine
         self.__name__ = f"{task.name}-partial"
-        if initial is not None:
-            try:
-                with np.errstate(invalid="raise", over="raise"):
-                    self.initial = np.full(1, initial, dtype)
-            except (ValueError, TypeError, OverflowError, FloatingPointError):
-                raise LaunchError(f"kiln.dask.reduction: initial={initial!r} is not a "
-                                  f"{dtype.name} value, the type of {task.out[0]!r}") from None
+        self.initial = None if initial is None else _initial(task, initial)
         self.start = self.initial if combine.identity is None else \
             np.asarray(combine.identity).astype(dtype).reshape(1)
 
-    def __call__(self, chunk: Any, block_info: dict[Any, Any] | None = None) -> np.ndarray:
+    def __call__(self, *chunks: Any, block_info: dict[Any, Any] | None = None) -> np.ndarray:
         with LAUNCHING:
             dev = worker_device(self.task.device)
             acc = to_device(self.start, dev)
-            shape = tuple(chunk.shape)
-            self.task.run(dev, [chunk], [acc], self.task.start_of(block_info), shape[0],
+            shape = tuple(chunks[self.task.first].shape)
+            self.task.run(dev, chunks, [acc], self.task.start_of(block_info), shape[0],
                           shape)
             return acc.numpy().reshape((1,) * len(shape))
 
@@ -438,6 +463,19 @@ class PartialSum:
         """The last fold, with `initial` (once)."""
         total = self.fold(partials, axis, keepdims)
         return total if self.initial is None else self.combine(self.initial[0], total)
+
+
+def _initial(task: ChunkLaunch, initial: Any) -> np.ndarray:
+    """`initial` as a one-element array of the output's type, refused as a launch refuses
+    an argument (no float for an integer, a number that fits) or where it overflows."""
+    dtype = task.dtypes[0]
+    try:
+        check_argument(task.name, task.out[0], 0, task.annotations[0].elem, initial)
+        with np.errstate(invalid="raise", over="raise"):
+            return np.full(1, initial, dtype)
+    except (LaunchError, ValueError, TypeError, OverflowError, FloatingPointError):
+        raise LaunchError(f"kiln.dask.reduction: initial={initial!r} is not a {dtype.name} "
+                          f"value, the type of {task.out[0]!r}") from None
 
 
 ON_DEVICE = ("its chunks are kept in device memory (on_device=True): bring them to the host "

@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import requires_backend
 
 import kiln
 from kiln import f32, i32
@@ -79,9 +80,10 @@ def test_map_blocks_matches_numpy():
     assert np.array_equal(z.compute(), np.float32(2) * x + y)
 
 
-def devices_here() -> list[str]:
-    return [d for d in ("interp", "cpu", "opencl")
-            if any(e.name == d and e.available for e in kiln.backends())]
+def devices_here() -> list[object]:
+    """Each backend's device, skipped (with the reason) where the backend is unavailable."""
+    return [pytest.param(name, marks=requires_backend(name, f"kiln.dask on {name}"))
+            for name in ("interp", "cpu", "opencl", "cuda")]
 
 
 @pytest.mark.parametrize("device", devices_here())
@@ -201,8 +203,108 @@ def test_reduction_without_identity_takes_initial():
         kd.reduction(largest, dx, kiln.shard_rows, out="acc", combine=max)
 
 
+@kiln.kernel
+def smallest(x: i32[:], acc: i32[:], rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        kiln.atomic_min(acc, 0, x[i])
+
+
+def test_reduction_initial_is_a_value_of_the_output_type():
+    """`initial` follows the launch rule for a parameter of the output's type: no float
+    (even a whole one) for an integer, nothing that does not fit, no string or complex."""
+    ints = da.from_array(np.array([5, 3], np.int32), chunks=1)
+    for initial, expect in ((4, 3), (np.int8(2), 2)):
+        got = kd.reduction(smallest, ints, kiln.shard_rows, out="acc", combine=np.minimum,
+                           initial=initial).compute()
+        assert got == expect and got.dtype == np.int32
+    for wrong in (1.5, 2.0, np.float32(1), 2**40, np.int64(2**40), "3", 1j, [1]):
+        with pytest.raises(kiln.LaunchError, match=r"initial=.* is not a int32 value, the "
+                                                   r"type of 'acc'"):
+            kd.reduction(smallest, ints, kiln.shard_rows, out="acc", combine=np.minimum,
+                         initial=wrong)
+    floats = da.from_array(data(10, 21), chunks=5)
+    for wrong in (1e300, "1"):
+        with pytest.raises(kiln.LaunchError, match=r"is not a float32 value"):
+            kd.reduction(largest, floats, kiln.shard_rows, out="acc", combine=np.maximum,
+                         initial=wrong)
+
+
+@kiln.kernel
+def add_weight(w: f32[:], x: f32[:], out: f32[:], start: i32, rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        out[i] = x[i] + w[(start + i) % w.shape[0]]
+
+
+@kiln.kernel
+def weighted_neighbours(x: f32[:], w: f32[:], out: f32[:], start: i32, rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        out[i + 1] = x[i] + x[i + 2] + w[(start + i) % w.shape[0]]
+
+
+@kiln.kernel
+def weighted_total(x: i32[:], w: i32[:], acc: i32[:], start: i32, rows: i32):
+    i = kiln.global_id(0)
+    if i < rows:
+        kiln.atomic_add(acc, 0, x[i] * w[(start + i) % w.shape[0]])
+
+
+@pytest.mark.parametrize("device", devices_here())
+def test_numpy_arrays_of_another_shape_go_whole_to_every_chunk(device):
+    """A NumPy array of another shape than the dask arrays' (a table of weights) is passed
+    whole to every chunk, by map_blocks, map_overlap and reduction alike."""
+    x = data(20, 20)
+    dx = da.from_array(x, chunks=(6, 6, 8))
+    w = np.array([100, 200, 300], np.float32)
+    each = w[np.arange(20) % 3]
+    got = kd.map_blocks(add_weight, w, dx, kiln.shard_start, kiln.shard_rows, out="out",
+                        device=device)
+    assert np.array_equal(got.compute(), x + each)
+    smooth = kd.map_overlap(weighted_neighbours, dx, w, kiln.shard_start, kiln.shard_rows,
+                            out="out", depth=1, device=device)
+    padded = np.pad(x, 1)
+    np.testing.assert_allclose(smooth.compute(), padded[:-2] + padded[2:] + each, rtol=1e-6)
+    ints = np.arange(20, dtype=np.int32)
+    total_ = kd.reduction(weighted_total, da.from_array(ints, chunks=7), w.astype(np.int32),
+                          kiln.shard_start, kiln.shard_rows, out="acc", device=device)
+    assert int(total_.compute()) == int((ints * each.astype(np.int32)).sum())
+    with pytest.raises(kiln.LaunchError, match=r"argument 'w' \(#1\) of add_weight: "
+                                               r"expected f32\[:\]"):
+        kd.map_blocks(add_weight, w.astype(np.float64), dx, kiln.shard_start, kiln.shard_rows,
+                      out="out")
+
+
+@pytest.mark.parametrize("device", devices_here())
+def test_map_overlap_keeps_chunks_on_the_device(device):
+    x = data(300, 22)
+    dx = da.from_array(x, chunks=100)
+    smooth = kd.map_overlap(smooth_shard, dx, kiln.shard_start, kiln.shard_rows, 300, out="y",
+                            depth=1, device=device, on_device=True)
+    first = smooth.to_delayed().ravel()[0].compute(scheduler="sync")
+    assert isinstance(first, kiln.DeviceArray) and first.shape == (100,)
+    with pytest.raises(kiln.LaunchError, match=r"kept in device memory"):
+        smooth.compute()
+    expect = kd.map_overlap(smooth_shard, dx, kiln.shard_start, kiln.shard_rows, 300, out="y",
+                            depth=1)
+    assert np.array_equal(kd.to_host(smooth).compute(), expect.compute())
+
+
 def test_misuse_is_a_launch_error():
     dx = da.from_array(data(100, 7), chunks=50)
+    for entry, extra in ((kd.map_blocks, {}), (kd.map_overlap, {"depth": 1}),
+                         (kd.reduction, {})):
+        with pytest.raises(kiln.LaunchError, match=r"launches a @kiln\.kernel over chunks, "
+                                                   r"got function .*<lambda>$"):
+            entry(lambda a: a, dx, out="a", **extra)
+
+    @kiln.func
+    def doubled(v: f32) -> f32:
+        return v * 2.0
+
+    with pytest.raises(kiln.LaunchError, match=r"over chunks, got DeviceFunction .*doubled"):
+        kd.map_blocks(doubled, dx, out="v")
     with pytest.raises(kiln.LaunchError, match="no parameter 'z'"):
         kd.map_blocks(saxpy, dx, dx, 1.0, kiln.shard_rows, out="z")
     with pytest.raises(kiln.LaunchError, match=r"takes 4 argument\(s\) besides its outputs"):
@@ -264,6 +366,9 @@ def test_tasks_do_not_carry_the_input_arrays():
     partial = kd.PartialSum(kd.ChunkLaunch(largest, (dx, kiln.shard_rows), "acc", None),
                             np.maximum, -np.inf)
     assert len(cloudpickle.dumps(partial)) < 20_000
+    whole = kd.ChunkLaunch(add_weight, (x, dx, kiln.shard_start, kiln.shard_rows), "out",
+                           None)  # a NumPy array passed whole is in the graph once
+    assert len(cloudpickle.dumps(whole)) < 20_000
 
 
 RELOADED = """
@@ -319,6 +424,10 @@ def test_local_cluster_of_processes(cluster):
     ints = np.arange(100_000, dtype=np.int32) % 7
     assert int(kd.reduction(total, da.from_array(ints, chunks=9_000), kiln.shard_rows,
                             out="acc").compute()) == int(ints.sum())
+    w = np.array([100, 200, 300], np.float32)  # whole to every chunk, on every worker
+    weighted = kd.map_blocks(add_weight, w, da.from_array(x, chunks=25_000), kiln.shard_start,
+                             kiln.shard_rows, out="out")
+    assert np.array_equal(weighted.compute(), x + w[np.arange(x.size) % 3])
     devices = cluster.run(lambda: kd.worker_device().name)
     assert len(devices) == 2
 

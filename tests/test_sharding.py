@@ -263,3 +263,25 @@ def test_halos_and_shapes_are_checked_first(parts):
             kiln.shard(np.zeros(8, np.float32), parts, halo=halo)
     with pytest.raises(ValueError, match="one or more dimensions"):
         kiln.shard_empty((), f32, parts)
+
+
+def test_a_failing_dim_function_launches_nothing(parts):
+    """`dim` as a function is called for every shard before any launch: its failure on the
+    second shard is a ShardError naming that shard, and the first shard is untouched."""
+    n = 64
+    xs = kiln.shard(np.ones(n, np.float32), parts)
+    out = kiln.shard(np.zeros(n, np.float32), parts)
+
+    def size(shard: kiln.Shard) -> int:
+        if shard.start:
+            raise ValueError(f"no size for rows {shard.start}:{shard.stop}")
+        return shard.rows
+
+    with pytest.raises(kiln.ShardError, match=r"preparing vector_add for shard rows 32:64 on "
+                                              r".*ValueError: no size for rows 32:64") as info:
+        kiln.launch_sharded(vector_add, (xs, xs, out, kiln.shard_rows), dim=size)
+    assert isinstance(info.value.__cause__, ValueError)
+    assert info.value.shards == [xs.shards[1]]
+    np.testing.assert_array_equal(out.gather(), np.zeros(n))  # no shard launched
+    kiln.launch_sharded(vector_add, (xs, xs, out, kiln.shard_rows), dim=lambda s: s.rows)
+    np.testing.assert_array_equal(out.gather(), np.full(n, 2))

@@ -277,7 +277,7 @@ def launch_sharded(kernel: Kernel, args: Sequence[Any], dim: Any = None) -> None
     included), a `Partials` argument that device's array, `kiln.shard_start` and
     `kiln.shard_rows` the shard's start and own rows. `dim` is a problem size per shard
     (default: the shard's own rows times the first sharded argument's other axes), or a
-    function of the `Shard` giving one."""
+    function of the `Shard` giving one, called for every shard before any launches."""
     sharded = [a for a in args if isinstance(a, ShardedArray)]
     if not sharded:
         raise LaunchError(f"launch_sharded({kernel.name}): no argument is a ShardedArray")
@@ -287,15 +287,27 @@ def launch_sharded(kernel: Kernel, args: Sequence[Any], dim: Any = None) -> None
             raise LaunchError(f"launch_sharded({kernel.name}): sharded arguments must be split "
                               f"over the same devices at the same rows, with the same halo; "
                               f"{sharded[0]!r} and {other!r} are not")
-    for k, first in enumerate(sharded[0].shards):
+    # Every shard's size and arguments before any launch: a failure launches nothing.
+    launches = [_shard_launch(kernel, args, sharded[0], k, dim)
+                for k in range(len(sharded[0].shards))]
+    for shard, size, local in launches:
+        with _naming(shard, f"launching {kernel.name} on"):
+            launch(kernel, dim=size, args=local, device=shard.device)
+
+
+def _shard_launch(kernel: Kernel, args: Sequence[Any], first: ShardedArray, k: int, dim: Any
+                  ) -> tuple[Shard, Any, list[Any]]:
+    """The `k`th shard of `first`, its launch size and arguments (see `launch_sharded`);
+    a failure, `dim`'s own included, is a ShardError naming the shard."""
+    shard = first.shards[k]
+    with _naming(shard, f"preparing {kernel.name} for"):
         local = [a.shards[k].array if isinstance(a, ShardedArray)
-                 else a.on(first.device) if isinstance(a, Partials)
-                 else a.value(first.start, first.rows) if isinstance(a, Placeholder) else a
+                 else a.on(shard.device) if isinstance(a, Partials)
+                 else a.value(shard.start, shard.rows) if isinstance(a, Placeholder) else a
                  for a in args]
-        size = (dim(first) if callable(dim) else dim if dim is not None
-                else (first.rows, *sharded[0].shape[1:]))
-        with _naming(first, f"launching {kernel.name} on"):
-            launch(kernel, dim=size, args=local, device=first.device)
+        size = (dim(shard) if callable(dim) else dim if dim is not None
+                else (shard.rows, *first.shape[1:]))
+    return shard, size, local
 
 
 @dataclass
