@@ -558,6 +558,9 @@ API_CHECKS = {
     "launch_extent_over_memory": (1, "fill: argument 'x' has 1000 elements of 4 bytes; its "
                                   "memory has 40 bytes from there"),
     "launch_null_array": (1, "fill: argument 'x' is NULL with 1000 elements"),
+    "launch_extents_wrap": (1, "fill3: argument 'x' has more than 2^63 bytes of elements"),
+    "within_itself": (0, ""),
+    "within_overlap": (1, "copy_device_to_device: 16 bytes from 0x"),
     "launch_unknown_array": (1, "fill: argument 'x' (0x"),
     "launch_freed_array": (1, "is not memory of this context"),
     "launch_wrong_block_shape": (1, "staged: block (32, 1, 1) is not a block shape it was "
@@ -571,9 +574,11 @@ API_CHECKS = {
 """What tests/aot/api_checks_client.c's calls must return: the status (-1: a NULL pointer
 with a message) and part of the message."""
 TARGET_API_CHECKS = {"opencl": {"launch_grid_y_over_limit": (0, ""),
+                                "within_overlap": (1, "copy_device_to_device: device_dst (0x"),
                                 "launch_block_z_over_limit": (0, "")}}
 """Where a target's limits differ (OpenCL grids: 2^31-1 along every axis; PoCL blocks:
-4096 threads along every axis), as kiln.launch's do."""
+4096 threads along every axis), as kiln.launch's do, and where OpenCL has no pointers into
+a buffer."""
 
 
 def sanitizer_flags() -> list[str]:
