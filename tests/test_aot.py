@@ -765,6 +765,45 @@ def test_copy_to_host_checks_the_destination(checked_library) -> None:
     np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32))
 
 
+@pytest.mark.parametrize(("shape", "dtype", "message"), [
+    ((2**21, 2**21, 2**22), np.float32, r"too large: over 2\*\*63 bytes"),  # wrapped to 0 bytes
+    (2**62 + 16, np.float32, r"too large: over 2\*\*63 bytes"),
+    ((4, -1), np.float32, "shape is non-negative ints"),
+    (2.5, np.float32, "shape is non-negative ints"),
+    ((True,), np.float32, "shape is non-negative ints"),
+    (3, object, "not object"),
+    (3, np.complex64, "not complex64"),
+    (3, "U4", "not <U4"),
+    (3, "no such dtype", "not 'no such dtype'"),
+])
+def test_library_arrays_refuse_shapes_and_dtypes_kiln_empty_refuses(
+        checked_library, shape, dtype, message) -> None:
+    """Shapes whose bytes pass 2**63 (not wrapped to a small size), negative or non-int
+    extents, and dtypes no kernel parameter has are refused before anything is allocated."""
+    lib = kiln.load_library(checked_library[1])
+    with pytest.raises(kiln.LaunchError, match=message):
+        lib.empty(shape, dtype)
+
+
+def test_to_device_takes_scalar_types_as_kiln_to_device_does(checked_library) -> None:
+    """Object, complex and string arrays are refused by dtype (an object array's pointers
+    are no data for a kernel); a 0-d array keeps shape (), and big-endian data arrives as
+    its values."""
+    lib = kiln.load_library(checked_library[1])
+    for host, name in ((np.array([[1, 2, 3] * 100, "x" * 1000], dtype=object), "object"),
+                       (np.ones(3, np.complex64), "complex64"), (np.array(["ab"]), "<U2")):
+        with pytest.raises(kiln.LaunchError, match=f"not {name}"):
+            lib.to_device(host)
+    scalar = lib.to_device(np.float32(1.5))
+    assert scalar.shape == kiln.to_device(np.float32(1.5), device="interp").shape == ()
+    np.testing.assert_array_equal(scalar.copy_to_host(), np.float32(1.5))
+    swapped = lib.to_device(np.arange(5, dtype=">f4"))
+    assert swapped.dtype == np.float32
+    np.testing.assert_array_equal(swapped.copy_to_host(), np.arange(5, dtype=np.float32))
+    with pytest.raises(kiln.LaunchError, match="to_device takes an array"):
+        lib.to_device([[1.0], [1.0, 2.0]])
+
+
 class CudaArrayInterface:
     """An object that says it is a CUDA array (only its interface is read)."""
 
@@ -853,7 +892,7 @@ def test_block_shapes_are_recorded_and_checked(checked_library) -> None:
     manifest = json.loads((lib_dir / "chk.json").read_text())
     shapes = {e["kernel"]: e["block_shapes"] for e in manifest["entry_points"]}
     assert shapes == {"fill": None, "staged": [[64, 1, 1]], "off_by_one": None,
-                      "head_of": None}
+                      "head_of": None, "fill3": None}
     header = (lib_dir / "chk.h").read_text()
     assert " *   block: 64x1x1 */\nCHK_API int chk_staged(" in header
     assert " *   block: any shape */\nCHK_API int chk_fill(" in header
