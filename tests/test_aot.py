@@ -270,6 +270,11 @@ def recurses(x: i32[:]):
     (["--kernel", "scaled:f32[:],[1, 2]"], "parameter k is a constexpr: a constexpr value is a "
      "Python literal that can be a dict key"),
     (["--kernel", "generic:f32[:],constexpr({})"], "a constexpr value is a Python literal"),
+    (["--kernel", "broken:f64[:],i32"], "broken: parameter x is annotated f32[:], so it "
+     "cannot take f64[:]"),
+    (["--kernel", "broken:f32[:],i64"], "parameter n is annotated i32, so it cannot take i64"),
+    (["--kernel", "broken:f32[:,:],i32"], "parameter x is annotated f32[:], so it cannot take "
+     "f32[:, :]"),
     (["--kernel", "recurses", "--target", "opencl"], "`depth` is recursive and the opencl "
      "backend cannot recurse: give it a depth to inline it to, @kiln.func(max_depth=N)"),
 ])
