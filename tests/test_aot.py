@@ -837,8 +837,8 @@ def test_a_cuda_array_is_refused_by_a_library_of_another_target(checked_library)
 def test_a_cuda_library_takes_cuda_arrays_of_other_libraries(tmp_path) -> None:
     """Arrays of another CUDA library (kiln's own, through `__cuda_array_interface__`) are
     registered for the launch: the kernels work on them in place, the same array may be
-    passed twice, and a wrong dtype, a non-contiguous array or a span past the
-    allocation is refused."""
+    passed twice, and a wrong dtype, a non-contiguous array, a span past the allocation or
+    one of more bytes than a size_t holds is refused."""
     lib_dir = tmp_path / "lib"
     build(CHECKED, lib_dir, "--target", "cuda", "--block", "staged=64", name="chk")
     lib = kiln.load_library(lib_dir)
@@ -861,6 +861,9 @@ def test_a_cuda_library_takes_cuda_arrays_of_other_libraries(tmp_path) -> None:
         lib.fill(1, 64, CudaArrayInterface(ptr, (2**31,)), 1.0)
     with pytest.raises(kiln.LaunchError, match="__cuda_array_interface__ cannot be read"):
         lib.fill(1, 64, CudaArrayInterface(ptr, ("many",)), 1.0)
+    with pytest.raises(kiln.LaunchError, match=r"shape \(2097152, 2097152, 4194304\) is "
+                       r"over 2\*\*63 bytes"):  # 2^66 bytes: wraps to 0 as a size_t
+        lib.fill3((1, 1, 1), (1, 1, 64), CudaArrayInterface(ptr, (2**21, 2**21, 2**22)))
     other = kiln.load_library(lib_dir).empty(256, np.float32)  # another context's cuMemAlloc
     with pytest.raises(kiln.LaunchError, match="register: 1073741824 bytes at 0x.*, whose "
                        "allocation has 1024 bytes from there"):

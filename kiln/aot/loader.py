@@ -192,6 +192,9 @@ class ForeignArray:
             raise LaunchError(f"{where}: the kernel writes it, and the "
                               f"{type(value).__name__} is read-only")
         self.nbytes = math.prod(self.shape) * dtype.itemsize
+        if self.nbytes >= 2**63:  # no memory holds it (and size_t would wrap it)
+            raise LaunchError(f"{where}: the {type(value).__name__}'s shape {self.shape} is "
+                              "over 2**63 bytes")
 
 
 def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
