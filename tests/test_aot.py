@@ -270,6 +270,11 @@ def recurses(x: i32[:]):
     (["--kernel", "scaled:f32[:],[1, 2]"], "parameter k is a constexpr: a constexpr value is a "
      "Python literal that can be a dict key"),
     (["--kernel", "generic:f32[:],constexpr({})"], "a constexpr value is a Python literal"),
+    (["--kernel", "broken:f64[:],i32"], "broken: parameter x is annotated f32[:], so it "
+     "cannot take f64[:]"),
+    (["--kernel", "broken:f32[:],i64"], "parameter n is annotated i32, so it cannot take i64"),
+    (["--kernel", "broken:f32[:,:],i32"], "parameter x is annotated f32[:], so it cannot take "
+     "f32[:, :]"),
     (["--kernel", "recurses", "--target", "opencl"], "`depth` is recursive and the opencl "
      "backend cannot recurse: give it a depth to inline it to, @kiln.func(max_depth=N)"),
 ])
@@ -558,6 +563,9 @@ API_CHECKS = {
     "launch_extent_over_memory": (1, "fill: argument 'x' has 1000 elements of 4 bytes; its "
                                   "memory has 40 bytes from there"),
     "launch_null_array": (1, "fill: argument 'x' is NULL with 1000 elements"),
+    "launch_extents_wrap": (1, "fill3: argument 'x' has more than 2^63 bytes of elements"),
+    "within_itself": (0, ""),
+    "within_overlap": (1, "copy_device_to_device: 16 bytes from 0x"),
     "launch_unknown_array": (1, "fill: argument 'x' (0x"),
     "launch_freed_array": (1, "is not memory of this context"),
     "launch_wrong_block_shape": (1, "staged: block (32, 1, 1) is not a block shape it was "
@@ -571,9 +579,11 @@ API_CHECKS = {
 """What tests/aot/api_checks_client.c's calls must return: the status (-1: a NULL pointer
 with a message) and part of the message."""
 TARGET_API_CHECKS = {"opencl": {"launch_grid_y_over_limit": (0, ""),
+                                "within_overlap": (1, "copy_device_to_device: device_dst (0x"),
                                 "launch_block_z_over_limit": (0, "")}}
 """Where a target's limits differ (OpenCL grids: 2^31-1 along every axis; PoCL blocks:
-4096 threads along every axis), as kiln.launch's do."""
+4096 threads along every axis), as kiln.launch's do, and where OpenCL has no pointers into
+a buffer."""
 
 
 def sanitizer_flags() -> list[str]:
@@ -760,6 +770,45 @@ def test_copy_to_host_checks_the_destination(checked_library) -> None:
     np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32))
 
 
+@pytest.mark.parametrize(("shape", "dtype", "message"), [
+    ((2**21, 2**21, 2**22), np.float32, r"too large: over 2\*\*63 bytes"),  # wrapped to 0 bytes
+    (2**62 + 16, np.float32, r"too large: over 2\*\*63 bytes"),
+    ((4, -1), np.float32, "shape is non-negative ints"),
+    (2.5, np.float32, "shape is non-negative ints"),
+    ((True,), np.float32, "shape is non-negative ints"),
+    (3, object, "not object"),
+    (3, np.complex64, "not complex64"),
+    (3, "U4", "not <U4"),
+    (3, "no such dtype", "not 'no such dtype'"),
+])
+def test_library_arrays_refuse_shapes_and_dtypes_kiln_empty_refuses(
+        checked_library, shape, dtype, message) -> None:
+    """Shapes whose bytes pass 2**63 (not wrapped to a small size), negative or non-int
+    extents, and dtypes no kernel parameter has are refused before anything is allocated."""
+    lib = kiln.load_library(checked_library[1])
+    with pytest.raises(kiln.LaunchError, match=message):
+        lib.empty(shape, dtype)
+
+
+def test_to_device_takes_scalar_types_as_kiln_to_device_does(checked_library) -> None:
+    """Object, complex and string arrays are refused by dtype (an object array's pointers
+    are no data for a kernel); a 0-d array keeps shape (), and big-endian data arrives as
+    its values."""
+    lib = kiln.load_library(checked_library[1])
+    for host, name in ((np.array([[1, 2, 3] * 100, "x" * 1000], dtype=object), "object"),
+                       (np.ones(3, np.complex64), "complex64"), (np.array(["ab"]), "<U2")):
+        with pytest.raises(kiln.LaunchError, match=f"not {name}"):
+            lib.to_device(host)
+    scalar = lib.to_device(np.float32(1.5))
+    assert scalar.shape == kiln.to_device(np.float32(1.5), device="interp").shape == ()
+    np.testing.assert_array_equal(scalar.copy_to_host(), np.float32(1.5))
+    swapped = lib.to_device(np.arange(5, dtype=">f4"))
+    assert swapped.dtype == np.float32
+    np.testing.assert_array_equal(swapped.copy_to_host(), np.arange(5, dtype=np.float32))
+    with pytest.raises(kiln.LaunchError, match="to_device takes an array"):
+        lib.to_device([[1.0], [1.0, 2.0]])
+
+
 class CudaArrayInterface:
     """An object that says it is a CUDA array (only its interface is read)."""
 
@@ -788,8 +837,8 @@ def test_a_cuda_array_is_refused_by_a_library_of_another_target(checked_library)
 def test_a_cuda_library_takes_cuda_arrays_of_other_libraries(tmp_path) -> None:
     """Arrays of another CUDA library (kiln's own, through `__cuda_array_interface__`) are
     registered for the launch: the kernels work on them in place, the same array may be
-    passed twice, and a wrong dtype, a non-contiguous array or a span past the
-    allocation is refused."""
+    passed twice, and a wrong dtype, a non-contiguous array, a span past the allocation or
+    one of more bytes than a size_t holds is refused."""
     lib_dir = tmp_path / "lib"
     build(CHECKED, lib_dir, "--target", "cuda", "--block", "staged=64", name="chk")
     lib = kiln.load_library(lib_dir)
@@ -812,6 +861,9 @@ def test_a_cuda_library_takes_cuda_arrays_of_other_libraries(tmp_path) -> None:
         lib.fill(1, 64, CudaArrayInterface(ptr, (2**31,)), 1.0)
     with pytest.raises(kiln.LaunchError, match="__cuda_array_interface__ cannot be read"):
         lib.fill(1, 64, CudaArrayInterface(ptr, ("many",)), 1.0)
+    with pytest.raises(kiln.LaunchError, match=r"shape \(2097152, 2097152, 4194304\) is "
+                       r"over 2\*\*63 bytes"):  # 2^66 bytes: wraps to 0 as a size_t
+        lib.fill3((1, 1, 1), (1, 1, 64), CudaArrayInterface(ptr, (2**21, 2**21, 2**22)))
     other = kiln.load_library(lib_dir).empty(256, np.float32)  # another context's cuMemAlloc
     with pytest.raises(kiln.LaunchError, match="register: 1073741824 bytes at 0x.*, whose "
                        "allocation has 1024 bytes from there"):
@@ -848,7 +900,7 @@ def test_block_shapes_are_recorded_and_checked(checked_library) -> None:
     manifest = json.loads((lib_dir / "chk.json").read_text())
     shapes = {e["kernel"]: e["block_shapes"] for e in manifest["entry_points"]}
     assert shapes == {"fill": None, "staged": [[64, 1, 1]], "off_by_one": None,
-                      "head_of": None}
+                      "head_of": None, "fill3": None}
     header = (lib_dir / "chk.h").read_text()
     assert " *   block: 64x1x1 */\nCHK_API int chk_staged(" in header
     assert " *   block: any shape */\nCHK_API int chk_fill(" in header

@@ -49,6 +49,15 @@ def hinted_types(kernel: Kernel) -> tuple[Type, ...]:
     return tuple(t for _, t in kernel.signature)  # type: ignore[misc]
 
 
+def agrees(declared: Type | None, given: Type) -> bool:
+    """A type given for a parameter is its annotation (a launch in-process refuses any
+    other), any constexpr value for a bare `kiln.constexpr`; unannotated ones take any."""
+    if declared is None or declared == given:
+        return True
+    return (isinstance(declared, ConstexprType) and declared.value is None
+            and isinstance(given, ConstexprType))
+
+
 def specialise(kernel: Kernel, types: Sequence[Type], backend: Backend) -> SpecialisedKernel:
     """The kernel lowered by the target's pipeline for `types` (its hints when empty)."""
     arg_types = tuple(types) or hinted_types(kernel)
@@ -56,7 +65,10 @@ def specialise(kernel: Kernel, types: Sequence[Type], backend: Backend) -> Speci
     if len(arg_types) != len(names):
         raise ActionError(f"{kernel.name} has {len(names)} parameter(s) ({', '.join(names)}), "
                           f"{len(arg_types)} type(s) given")
-    for name, t in zip(names, arg_types):
+    for (name, declared), t in zip(kernel.signature, arg_types):
+        if not agrees(declared, t):
+            raise ActionError(f"{kernel.name}: parameter {name} is annotated {declared}, so it "
+                              f"cannot take {t} (only unannotated parameters take any type)")
         plain = t.elem if isinstance(t, ArrayType) else t
         if not isinstance(plain, (ScalarType, ConstexprType)):
             raise ActionError(f"{kernel.name}: parameter {name} is {t}; library entry points "

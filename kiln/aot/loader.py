@@ -23,7 +23,7 @@ import numpy as np
 
 from ..codegen.library import MANIFEST_FORMAT
 from ..errors import IndexOutOfBoundsError, LaunchError, RecursionDepthError
-from ..ir.types import SCALAR_BY_NAME, ScalarType, fits
+from ..ir.types import SCALAR_BY_DTYPE, SCALAR_BY_NAME, ScalarType, fits
 
 CTYPES: dict[str, Any] = {
     "bool_": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
@@ -114,15 +114,35 @@ def dim3(value: int | Sequence[int], what: str) -> Dim3:
     return Dim3(*(int(d) for d in (*dims, 1, 1)[:3]))
 
 
+def library_dtype(dtype: Any) -> np.dtype:
+    """The element dtype of a library array: a scalar type a kernel parameter can have (a
+    kiln scalar type or its NumPy dtype), since the C API has no others."""
+    if isinstance(dtype, ScalarType):
+        return dtype.dtype
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise LaunchError(f"a library array holds bools or numbers of a kiln scalar type, not "
+                          f"{dtype!r}") from None
+    if dt not in SCALAR_BY_DTYPE:
+        raise LaunchError(f"a library array holds bools or numbers of a kiln scalar type, not "
+                          f"{dt}")
+    return dt
+
+
 class LibraryArray:
     """An array in a library context's device memory (freed with the object)."""
 
-    def __init__(self, library: Library, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        if not all(isinstance(n, (int, np.integer)) and n >= 0 for n in shape):
+    def __init__(self, library: Library, shape: tuple[Any, ...], dtype: Any) -> None:
+        self.library, self.dtype = library, library_dtype(dtype)
+        if not all(isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_))
+                   and n >= 0 for n in shape):
             raise LaunchError(f"a library array's shape is non-negative ints, got {shape!r}")
-        self.library, self.dtype = library, np.dtype(dtype)
         self.shape = tuple(int(n) for n in shape)
-        self.nbytes = int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+        if self.nbytes >= 2**63:
+            raise LaunchError(f"a library array of shape {self.shape} and dtype {self.dtype} is "
+                              "too large: over 2**63 bytes")
         self.ndim = len(shape)
         self.ptr: int = library._alloc(self.nbytes)
 
@@ -172,6 +192,9 @@ class ForeignArray:
             raise LaunchError(f"{where}: the kernel writes it, and the "
                               f"{type(value).__name__} is read-only")
         self.nbytes = math.prod(self.shape) * dtype.itemsize
+        if self.nbytes >= 2**63:  # no memory holds it (and size_t would wrap it)
+            raise LaunchError(f"{where}: the {type(value).__name__}'s shape {self.shape} is "
+                              "over 2**63 bytes")
 
 
 def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -366,10 +389,17 @@ class Library:
                 self._call("unregister", ptr)
 
     def empty(self, shape: int | Sequence[int], dtype: Any) -> LibraryArray:
-        return LibraryArray(self, (shape,) if isinstance(shape, int) else tuple(shape), dtype)
+        dims: tuple[Any, ...] = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        return LibraryArray(self, dims, dtype)
 
     def to_device(self, array: np.ndarray) -> LibraryArray:
-        host = np.ascontiguousarray(array)
+        try:  # a 0-d array keeps shape (), as in kiln.to_device
+            host = np.asarray(array, order="C")
+        except (TypeError, ValueError) as e:
+            raise LaunchError(f"to_device takes an array or what NumPy makes one of: {e}"
+                              ) from None
+        if not host.dtype.isnative:  # big-endian data: kernels read the device's byte order
+            host = host.astype(host.dtype.newbyteorder("="))
         device = LibraryArray(self, host.shape, host.dtype)
         self._call("copy_to_device", device.ptr, host.ctypes.data, host.nbytes)
         return device

@@ -77,6 +77,8 @@ int main(void) {
     report("within_too_many", chk_copy_device_to_device(ctx, few, x, sizeof host));
     report("within_unknown", chk_copy_device_to_device(ctx, y, small, 16));
     report("within_freed", chk_copy_device_to_device(ctx, freed, x, 16));
+    report("within_itself", chk_copy_device_to_device(ctx, x, x, sizeof host));
+    report("within_overlap", chk_copy_device_to_device(ctx, x + 1, x, 16));
 
     /* launches */
     chk_dim3 grid = {(N + 63) / 64, 1, 1}, block = {64, 1, 1};
@@ -95,6 +97,8 @@ int main(void) {
     report("launch_negative_extent", chk_fill(ctx, grid, block, x, -1, 2.0f));
     report("launch_extent_over_memory", chk_fill(ctx, grid, block, few, N, 2.0f));
     report("launch_null_array", chk_fill(ctx, grid, block, NULL, N, 2.0f));
+    chk_dim3 one = {1, 1, 1}, column = {1, 1, 64};  /* 2^21 * 2^21 * 2^22 wraps to 0 */
+    report("launch_extents_wrap", chk_fill3(ctx, one, column, few, 1 << 21, 1 << 21, 1 << 22));
     report("launch_unknown_array", chk_fill(ctx, grid, block, small, 10, 2.0f));
     report("launch_freed_array", chk_fill(ctx, grid, block, freed, 4, 2.0f));
     report("launch_wrong_block_shape", chk_staged(ctx, grid, wrong, x, N, y, N));

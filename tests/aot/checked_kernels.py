@@ -1,6 +1,6 @@
-"""Kernels for the C API's checks (tests/aot/api_checks_client.c): a plain one, one that
-needs blocks of 64 threads (built with `--block staged=64`) and a debug one that writes
-one element past the end, and a debug one that writes past the end of a view."""
+"""Kernels for the C API's checks (tests/aot/api_checks_client.c): plain ones (of 1 and 3
+dimensions), one that needs blocks of 64 threads (built with `--block staged=64`), a debug
+one writing past the end and a debug one that writes past the end of a view."""
 
 import kiln
 from kiln import f32, i32
@@ -36,3 +36,10 @@ def head_of(x: f32[:], n: i32):
     i = kiln.global_id(0)
     if i < n:
         seg[i] = f32(2)
+
+
+@kiln.kernel
+def fill3(x: f32[:, :, :]):
+    i = kiln.global_id(2)
+    if i < x.shape[2]:
+        x[0, 0, i] = f32(3)

@@ -127,7 +127,7 @@ static int kiln_foreign_check({lib}_context *ctx, const void *ptr, size_t nbytes
                                   const void *device_src, size_t nbytes) {{
     int status = kiln_check_context(ctx, "copy_device_to_device");
     if (!status) status = kiln_check_copy_within(&ctx->memory, device_dst, device_src, nbytes);
-    if (!status && nbytes) memmove(device_dst, device_src, nbytes);
+    if (!status && nbytes && device_dst != device_src) memcpy(device_dst, device_src, nbytes);
     return status;
 }}
 

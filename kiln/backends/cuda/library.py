@@ -335,7 +335,7 @@ static int kiln_foreign_check({lib}_context *ctx, const void *ptr, size_t nbytes
                                   const void *device_src, size_t nbytes) {{
     int status = kiln_cu_enter(ctx, "copy_device_to_device");
     if (!status) status = kiln_check_copy_within(&ctx->memory, device_dst, device_src, nbytes);
-    if (status || !nbytes) return status;
+    if (status || !nbytes || device_dst == device_src) return status;
     return kiln_cu_check(cu.MemcpyDtoD((CUdeviceptr)(uintptr_t)device_dst,
                                        (CUdeviceptr)(uintptr_t)device_src, nbytes),
                          "copy_device_to_device");

@@ -333,7 +333,7 @@ static int kiln_foreign_check({lib}_context *ctx, const void *ptr, size_t nbytes
                                   const void *device_src, size_t nbytes) {{
     int status = kiln_check_context(ctx, "copy_device_to_device");
     if (!status) status = kiln_check_copy_within(&ctx->memory, device_dst, device_src, nbytes);
-    if (status || !nbytes) return status;
+    if (status || !nbytes || device_dst == device_src) return status;
     return kiln_cl_check(cl.EnqueueCopyBuffer(ctx->queue, (cl_mem)device_src,
                                               (cl_mem)device_dst, 0, 0, nbytes, 0, NULL, NULL),
                          "copy_device_to_device");

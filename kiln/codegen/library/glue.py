@@ -177,12 +177,23 @@ static int kiln_check_copy_in(const kiln_ranges *memory, void *device_dst,
     return kiln_check_memory(memory, "copy_to_device", "device_dst", device_dst, nbytes);
 }}
 
+/* Both ranges in memory of the context, and either the same range (a copy onto itself,
+   which the caller skips) or apart: partly overlapping ranges are refused on every target
+   (OpenCL and CUDA copies leave them undefined). Without interior pointers (OpenCL's
+   buffers) two different pointers are two different buffers. */
 static int kiln_check_copy_within(const kiln_ranges *memory, void *device_dst,
                                   const void *device_src, size_t nbytes) {{
     int status = kiln_check_memory(memory, "copy_device_to_device", "device_src", device_src,
                                    nbytes);
-    return status ? status : kiln_check_memory(memory, "copy_device_to_device", "device_dst",
-                                               device_dst, nbytes);
+    if (!status) status = kiln_check_memory(memory, "copy_device_to_device", "device_dst",
+                                            device_dst, nbytes);
+    if (status || !KILN_INTERIOR || device_dst == device_src) return status;
+    uintptr_t dst = (uintptr_t)device_dst, src = (uintptr_t)device_src;
+    if (dst < src + nbytes && src < dst + nbytes)
+        return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                         "copy_device_to_device: %zu bytes from %p to %p overlap (copy through "
+                         "a separate allocation)", nbytes, device_src, device_dst);
+    return {LIB}_SUCCESS;
 }}
 
 static int kiln_check_dims(const char *entry, const char *what, {lib}_dim3 d) {{
@@ -245,9 +256,17 @@ static int kiln_check_array(const kiln_ranges *memory, const char *entry, const 
             return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
                              "%s: argument '%s': extent %d is %d, not >= 0",
                              entry, name, k, extents[k]);
+        if (extents[k] == 0) return {LIB}_SUCCESS;
+    }}
+    /* Every extent is >= 1: a product over INT64_MAX / item is more than any memory holds
+       (checked by dividing, so that it cannot wrap around to a small count). */
+    for (int k = 0; k < ndim; k++) {{
+        if (elements > (int64_t)(INT64_MAX / item) / extents[k])
+            return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
+                             "%s: argument '%s' has more than 2^63 bytes of elements (extent "
+                             "%d is %d)", entry, name, k, extents[k]);
         elements *= extents[k];
     }}
-    if (elements == 0) return {LIB}_SUCCESS;
     if (!ptr)
         return kiln_fail({LIB}_ERROR_INVALID_ARGUMENT,
                          "%s: argument '%s' is NULL with %lld elements",

@@ -118,7 +118,8 @@ typedef struct {lib}_context {lib}_context;
 /* Copies of `nbytes` bytes; they return once the source may be reused. Device pointers
    are {lib}_alloc's or registered memory{interior}; the bytes must lie inside it.
    {lib}_copy_to_host also takes the size of `host_dst` in bytes and refuses to write
-   more. A refused copy copies nothing. */
+   more. {lib}_copy_device_to_device onto itself does nothing; partly overlapping ranges
+   are refused. A refused copy copies nothing. */
 {api} int {lib}_copy_to_device({lib}_context *ctx, void *device_dst, const void *host_src,
                           size_t nbytes);
 {api} int {lib}_copy_to_host({lib}_context *ctx, void *host_dst, size_t host_bytes,
