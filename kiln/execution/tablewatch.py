@@ -3,10 +3,12 @@
 A kernel reads a module-level NumPy array as a constant table (`kiln.lang.tables`): the
 frontend copies it into the program, which the backend compiles in. A `TableWatch` keeps,
 for every name chain the kernel and its device functions read that denotes an array (`LUT`,
-`consts.LUT`), the array object and a copy of its bytes. A launch asks `changed()` (the
-executor before it specialises, a fast-path plan before it launches): when a name now
-denotes another array, or the array's shape, type or content differ, the kernel forgets
-what it compiled and is built again with the new values (`Kernel.forget_compiled`). The
+`consts.LUT`), the array object and a copy of its bytes. A launch asks `changed()`
+(`Kernel.check_tables`, before the executor specialises and before the frontend builds a
+program; a fast-path plan before it launches): when a name now denotes another array, or
+the array's shape, type or content differ, the kernel forgets what it compiled and is built
+again with the new values (`Kernel.forget_compiled`). A `dim=` variant (`SizedKernel`) is
+built from its kernel's programs, so it shares its kernel's watch. The
 check costs a few dict lookups and one `tobytes` comparison per table (at most 32 KiB),
 and only kernels that read tables pay it.
 """
