@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -295,6 +296,36 @@ def test_a_launch_after_printing_the_ir_reads_a_changed_table(backend: str) -> N
         assert out.numpy().tolist() == [5.0, 6.0]
     finally:
         RAMP[:] = [1.0, 2.0]
+
+
+def closure_table_kernel() -> tuple[kiln.Kernel, Callable[[np.ndarray], None]]:
+    """A kernel reading a closure's table, and a function that binds the closure's name to
+    another array (`nonlocal`)."""
+    table = np.array([1.0, 2.0], np.float32)
+
+    @kiln.kernel
+    def reads_closure(out: f32[:]):
+        i = kiln.global_id(0)
+        out[i] = table[i]
+
+    def rebind(array: np.ndarray) -> None:
+        nonlocal table
+        table = array
+
+    return reads_closure, rebind
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_closure_table_bound_to_another_array_is_read_anew(backend: str) -> None:
+    kernel, rebind = closure_table_kernel()
+    out = kiln.zeros(2, f32, kiln.device(backend))
+    kernel[1, 2](out)
+    assert out.numpy().tolist() == [1.0, 2.0]
+    rebind(np.array([5.0, 6.0], np.float32))
+    kernel[1, 2](out)
+    assert out.numpy().tolist() == [5.0, 6.0]
+    kernel[kiln.dim(2)](out)
+    assert out.numpy().tolist() == [5.0, 6.0]
 
 
 SHARED_CONSTS = """

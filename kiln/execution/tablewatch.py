@@ -46,14 +46,12 @@ class TableRead:
 
 
 def _names_holding(scope: _Scope, chain: tuple[str, ...]) -> dict[str, Any] | None:
-    """For a plain name, the mapping to look it up in again (the module's globals, or the
-    closure, whose cells kiln reads once); None for an attribute chain, resolved each time."""
-    if len(chain) > 1:
+    """For a plain global name, the module's globals to look it up in again; None for a
+    closure's name (its cell, which `nonlocal` may rebind) or an attribute chain, resolved
+    each time."""
+    if len(chain) > 1 or chain[0] in scope.cells or chain[0] not in scope.globals:
         return None
-    for names in (scope.closure, scope.globals):
-        if chain[0] in names:
-            return names
-    return None
+    return scope.globals
 
 
 class TableWatch:
