@@ -167,6 +167,10 @@ class Kernel(Compilable):
             self._programs[arg_types, checked] = program
         return program
 
+    def built(self, arg_types: tuple[Type, ...]) -> bool:
+        """Whether the frontend built this signature already (checked or not)."""
+        return (arg_types, False) in self._programs or (arg_types, True) in self._programs
+
     def _types(self, types: Sequence[Type]) -> tuple[Type, ...]:
         if types:
             return tuple(types)
@@ -242,6 +246,9 @@ class SizedKernel(Kernel):
         """The kernel's own watch: the variant is built from the kernel's programs, so a
         change either sees makes both build again (one watch, one rebuild)."""
         return self.kernel.tables()
+
+    def built(self, arg_types: tuple[Type, ...]) -> bool:
+        return super().built(arg_types) or self.kernel.built(arg_types[:-self.rank])
 
     def forget_compiled(self) -> None:
         self.kernel.forget_compiled()
