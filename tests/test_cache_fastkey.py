@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import run_python
 
 import kiln
 from kiln import f32, f64, i32
@@ -337,3 +338,44 @@ def test_programs_round_trip_through_pickle(project: Project) -> None:
     assert [p.source for p in copy.kernel.params] == [p.source for p in program.kernel.params]
     x = next(p for p in copy.kernel.params if p.name == "x")
     assert x.type.elem is f32 and x.type.space is MemorySpace.GLOBAL  # singletons stay so
+
+
+CONSTANT_SCRIPT = """
+import sys
+import numpy as np
+import kiln
+from kiln import f32
+
+SCALE = {scale}
+
+@kiln.kernel
+def k(out: f32[:]):
+    out[kiln.global_id(0)] = SCALE
+
+out = np.zeros(2, np.float32)
+if sys.argv[1] == "first":  # built on interp with 2.0; the constant changes; then cpu
+    kiln.launch(k, 1, 2, (out,), device="interp")
+    SCALE = 3.0
+kiln.launch(k, 1, 2, (out,), device=sys.argv[2])
+print(out.tolist())
+"""
+
+
+@pytest.mark.parametrize("backend", ["cpu", "opencl"])
+def test_a_build_made_before_a_constant_changed_is_not_stored_under_its_key(
+        tmp_path: Path, backend: str) -> None:
+    """A module-level constant changed after the kernel was built: the same signature on
+    another device reuses the build (the old value, as documented), but must not store it
+    under the key of the new value, which a later process starting with it would find."""
+    entry = next(e for e in kiln.backends() if e.name == backend)
+    if not entry.available:
+        pytest.skip(f"no {backend} backend here: {entry.reason}")
+    script = tmp_path / "constant_script.py"
+    env = {"KILN_CACHE_DIR": str(tmp_path / "cache")}
+    for phase, scale, expected in (("first", 2.0, "[2.0, 2.0]"), ("second", 3.0, "[3.0, 3.0]")):
+        script.write_text(CONSTANT_SCRIPT.format(scale=scale))
+        code = (f"import runpy, sys; sys.argv = ['constant_script.py', {phase!r}, "
+                f"{backend!r}]; runpy.run_path({str(script)!r}, run_name='__main__')")
+        done = run_python(code, env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == expected, (phase, done.stdout)

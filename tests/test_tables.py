@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_kernel_error
+from conftest import assert_kernel_error, run_python
 
 import kiln
 from kiln import f32, f64, i32
@@ -235,3 +236,150 @@ def test_a_table_read_through_a_module_attribute_is_read_anew(tmp_path: Path,
     finally:
         for name in modules:
             del sys.modules[name]
+
+
+RAMP = np.array([1.0, 2.0], np.float32)
+
+
+def reads_ramp(out: f32[:]):
+    i = kiln.global_id(0)
+    out[i] = RAMP[i]
+
+
+SIZED_LAUNCHES = {
+    "subscript": lambda k, out: k[kiln.dim(2)](out),
+    "launch": lambda k, out: kiln.launch(k, dim=2, args=(out,)),
+}
+
+
+@pytest.mark.parametrize("how", SIZED_LAUNCHES)
+@pytest.mark.parametrize("rebind", [False, True])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_sized_launch_after_an_explicit_one_reads_a_changed_table(
+        backend: str, rebind: bool, how: str) -> None:
+    """A `dim=` launch first made after the table changed still sees the change, though the
+    explicit launch built the kernel with the old values (the variant shares its watch)."""
+    global RAMP
+    saved, sized = RAMP, SIZED_LAUNCHES[how]
+    kernel = kiln.kernel(reads_ramp)  # a fresh kernel object: nothing built yet
+    out = kiln.zeros(2, f32, kiln.device(backend))
+    try:
+        kernel[1, 2](out)
+        assert out.numpy().tolist() == [1.0, 2.0]
+        if rebind:
+            RAMP = np.array([5.0, 6.0], np.float32)
+        else:
+            RAMP[:] = [5.0, 6.0]
+        sized(kernel, out)
+        assert out.numpy().tolist() == [5.0, 6.0]
+        RAMP[:] = [7.0, 8.0]  # and back the other way: the explicit launch sees it too
+        sized(kernel, out)
+        assert out.numpy().tolist() == [7.0, 8.0]
+        RAMP[:] = [3.0, 4.0]
+        kernel[1, 2](out)
+        assert out.numpy().tolist() == [3.0, 4.0]
+    finally:
+        RAMP = saved
+        RAMP[:] = [1.0, 2.0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_launch_after_printing_the_ir_reads_a_changed_table(backend: str) -> None:
+    """`ir()` builds the kernel's program before any launch watched its tables: a launch
+    after the table changed still builds it again."""
+    kernel = kiln.kernel(reads_ramp)
+    out = kiln.zeros(2, f32, kiln.device(backend))
+    try:
+        kernel.ir()
+        RAMP[:] = [5.0, 6.0]
+        kernel[1, 2](out)
+        assert out.numpy().tolist() == [5.0, 6.0]
+    finally:
+        RAMP[:] = [1.0, 2.0]
+
+
+def closure_table_kernel() -> tuple[kiln.Kernel, Callable[[np.ndarray], None]]:
+    """A kernel reading a closure's table, and a function that binds the closure's name to
+    another array (`nonlocal`)."""
+    table = np.array([1.0, 2.0], np.float32)
+
+    @kiln.kernel
+    def reads_closure(out: f32[:]):
+        i = kiln.global_id(0)
+        out[i] = table[i]
+
+    def rebind(array: np.ndarray) -> None:
+        nonlocal table
+        table = array
+
+    return reads_closure, rebind
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_closure_table_bound_to_another_array_is_read_anew(backend: str) -> None:
+    kernel, rebind = closure_table_kernel()
+    out = kiln.zeros(2, f32, kiln.device(backend))
+    kernel[1, 2](out)
+    assert out.numpy().tolist() == [1.0, 2.0]
+    rebind(np.array([5.0, 6.0], np.float32))
+    kernel[1, 2](out)
+    assert out.numpy().tolist() == [5.0, 6.0]
+    kernel[kiln.dim(2)](out)
+    assert out.numpy().tolist() == [5.0, 6.0]
+
+
+SHARED_CONSTS = """
+import numpy as np
+import kiln
+from kiln import i32
+STEP = np.array([1, 2], np.int32)
+
+@kiln.func
+def step(i: i32) -> i32:
+    return STEP[i]
+"""
+SHARED_MAIN = """
+import sys
+import numpy as np
+import kiln
+from kiln import i32
+import shared_consts
+
+BASE = np.array([1, 2], np.int32)
+
+@kiln.kernel
+def k(out: i32[:]):
+    i = kiln.global_id(0)
+    out[i] = BASE[i % 2] * shared_consts.step(i % 2)
+
+backend, phase = sys.argv[1], sys.argv[2]
+out = kiln.zeros(4, i32, kiln.device(backend))
+if phase == "first":  # built with the old values, then launched by size with the new ones
+    BASE[:] = [7, 4]
+    shared_consts.STEP[:] = [5, 3]
+    k[1, 4](out)
+    BASE[:] = [2, 4]
+    shared_consts.STEP[:] = [1, 1]
+else:  # a fresh process that starts with the new values
+    BASE[:] = [2, 4]
+    shared_consts.STEP[:] = [1, 1]
+k[kiln.dim(4)](out)
+print(out.numpy().tolist())
+"""
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "interp"])
+def test_a_stale_build_never_reaches_the_disk_cache(tmp_path: Path, backend: str) -> None:
+    """Tables of the kernel's module and of a device function's module change between an
+    explicit launch and a sized one: the sized launch builds with the new values, and a
+    later process starting with them finds that build, not the old one, on disk."""
+    (tmp_path / "shared_consts.py").write_text(SHARED_CONSTS)
+    (tmp_path / "shared_main.py").write_text(SHARED_MAIN)
+    env = {"KILN_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(tmp_path)}
+    for phase in ("first", "second"):
+        code = ("import runpy, sys; sys.argv = ['shared_main.py', "
+                f"{backend!r}, {phase!r}]; runpy.run_path({str(tmp_path / 'shared_main.py')!r}, "
+                "run_name='__main__')")
+        done = run_python(code, env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("\n")[-2] == "[2, 4, 2, 4]", (phase, done.stdout)

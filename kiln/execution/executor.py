@@ -7,7 +7,6 @@ the driver of the backend's execution model for a launchable (`kiln.execution.dr
 
 from __future__ import annotations
 
-import logging
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,8 +41,6 @@ from .fastpath import remember, try_plan
 
 if TYPE_CHECKING:
     from .kernel import Kernel
-
-logger = logging.getLogger("kiln.cache")
 
 
 @dataclass
@@ -193,12 +190,7 @@ def launch_device(name: str, args: Sequence[Any], device: Device | str | None,
 def specialize(kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> Specialization:
     """Build (or fetch from the kernel's cache) the launchable for one signature and device,
     through the driver of the backend's execution model (`kiln.execution.drivers`)."""
-    tables = kernel.tables()
-    if tables.reads and tables.changed():
-        logger.info("%s: rebuilt, module-level array(s) %s changed since it was built",
-                    kernel.name, ", ".join(tables.changed_names()))
-        kernel.forget_compiled()
-        kernel.tables()  # the new values, as the build about to run reads them
+    kernel.check_tables()
     key = (arg_types, device.name, device.backend.build_identity(device))
     spec = kernel.specializations.get(key)
     if spec is None:

@@ -153,17 +153,19 @@ class _Walker:
 
 
 class _Scope:
-    """Names as the frontend's resolver sees them: closure, module globals, builtins."""
+    """Names as the frontend's resolver sees them: closure, module globals, builtins. Cells
+    are read at each lookup (`nonlocal` may bind another value), as module globals are."""
 
     def __init__(self, pyfunc: Any) -> None:
-        self.closure: dict[str, Any] = {}
-        for name, cell in zip(pyfunc.__code__.co_freevars, pyfunc.__closure__ or ()):
-            with contextlib.suppress(ValueError):  # an empty cell
-                self.closure[name] = cell.cell_contents
+        self.cells = dict(zip(pyfunc.__code__.co_freevars, pyfunc.__closure__ or ()))
         self.globals = pyfunc.__globals__
 
     def lookup(self, name: str) -> Any:
-        for scope in (self.closure, self.globals, vars(builtins)):
+        cell = self.cells.get(name)
+        if cell is not None:
+            with contextlib.suppress(ValueError):  # an empty cell: as if there were none
+                return cell.cell_contents
+        for scope in (self.globals, vars(builtins)):
             if name in scope:
                 return scope[name]
         return _MISSING

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 Sizing: TypeAlias = "tuple[SizedKernel, Dim3, Dim3, tuple[int, ...]] | None"
 """A `dim=` launch worked out: the variant, grid, block and size arguments (None: no thread)."""
+logger = logging.getLogger("kiln.cache")
 MAX_LAUNCHERS = 64
 """Launchers kept per kernel (one per grid/block/stream configuration)."""
 
@@ -77,16 +79,26 @@ class Kernel(Compilable):
             self._tables = TableWatch(self)
         return self._tables
 
+    def check_tables(self) -> None:
+        """Forget what was built if a table changed since, and watch the tables as the next
+        build reads them: called before anything is built or looked up, so that no build
+        (nor its kernel-cache entry, keyed by the tables' new content) holds stale values."""
+        tables = self.tables()
+        if tables.reads and tables.changed():
+            logger.info("%s: rebuilt, module-level array(s) %s changed since it was built",
+                        self.name, ", ".join(tables.changed_names()))
+            self.forget_compiled()
+            self.tables()
+
     def forget_compiled(self) -> None:
-        """Drop every program, specialisation and launch plan (a table changed): the next
-        launch builds the kernel again, with the tables' new values."""
-        self._programs.clear()
-        self.specializations.clear()
-        self.launch_plans.clear()
-        self._launchers.clear()
+        """Drop every program, specialisation and launch plan, the `dim=` variants' too (a
+        table changed): the next launch builds the kernel again, with the tables' new values."""
+        for compiled in (self, *self._sized.values()):
+            compiled._programs.clear()
+            compiled.specializations.clear()
+            compiled.launch_plans.clear()
+            compiled._launchers.clear()
         self._tables = None
-        for sized in self._sized.values():
-            sized.forget_compiled()
 
     def sized(self, rank: int = 1) -> SizedKernel:
         """The variant that `dim=` launches of `rank` axes run (`kiln.ir.passes.launch_size`)."""
@@ -145,6 +157,7 @@ class Kernel(Compilable):
     def program(self, arg_types: tuple[Type, ...], checked: bool = False) -> Program:
         """The typed IR for one argument-type signature (cached); `checked`: with views'
         indices and slices' bounds marked for `debug=True`'s checks."""
+        self.check_tables()
         program = self._programs.get((arg_types, checked))
         if program is None:
             self.frontend_runs += 1
@@ -153,6 +166,10 @@ class Kernel(Compilable):
             check_definite_assignment(program)  # of the user's code (not of passes' output)
             self._programs[arg_types, checked] = program
         return program
+
+    def built(self, arg_types: tuple[Type, ...]) -> bool:
+        """Whether the frontend built this signature already (checked or not)."""
+        return (arg_types, False) in self._programs or (arg_types, True) in self._programs
 
     def _types(self, types: Sequence[Type]) -> tuple[Type, ...]:
         if types:
@@ -204,7 +221,8 @@ def _exact_size(dim: Any) -> bool:
 class SizedKernel(Kernel):
     """`kernel` bound to a launch's size of `rank` axes: the user's parameters, then the size
     along each axis (`i32`), and a return for the threads past it. Its specialisations,
-    fast-path plans and kernel-cache entries are its own, apart from the explicit launches'."""
+    fast-path plans and kernel-cache entries are its own, apart from the explicit launches';
+    the constant tables it watches are the kernel's (`tables`)."""
 
     def __init__(self, kernel: Kernel, rank: int) -> None:
         super().__init__(kernel.pyfunc, kernel.options)
@@ -212,6 +230,7 @@ class SizedKernel(Kernel):
         self._signature = [*kernel.signature, *((name, i32) for name in SIZE_PARAMS[:rank])]
 
     def program(self, arg_types: tuple[Type, ...], checked: bool = False) -> Program:
+        self.check_tables()
         program = self._programs.get((arg_types, checked))
         if program is None:
             user = self.kernel.program(arg_types[:-self.rank], checked)
@@ -223,9 +242,16 @@ class SizedKernel(Kernel):
             program = self._programs[arg_types, checked] = bound_to_size(user, self.rank)
         return program
 
+    def tables(self) -> TableWatch:
+        """The kernel's own watch: the variant is built from the kernel's programs, so a
+        change either sees makes both build again (one watch, one rebuild)."""
+        return self.kernel.tables()
+
+    def built(self, arg_types: tuple[Type, ...]) -> bool:
+        return super().built(arg_types) or self.kernel.built(arg_types[:-self.rank])
+
     def forget_compiled(self) -> None:
-        super().forget_compiled()
-        self.kernel._programs.clear()  # the kernel's own launches find the change themselves
+        self.kernel.forget_compiled()
 
 
 class Launcher:

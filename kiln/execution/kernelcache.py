@@ -107,11 +107,18 @@ class KernelKey:
 
 def kernel_key(kernel: Kernel, arg_types: Sequence[Type], device: Device) -> KernelKey | None:
     """The kernel key for one launch signature, or None when the device's backend is no JIT
-    backend or the kernel reads something `kiln.execution.fingerprint` cannot fingerprint."""
+    backend, the kernel reads something `kiln.execution.fingerprint` cannot fingerprint, or
+    the signature's program was built already (for another device): the fingerprint reads
+    the globals now, which may differ from those the program was built with (a module-level
+    constant changed since), and storing that build under it would poison the cache."""
     backend = device.backend
     if not isinstance(backend, JITBackend):
         return None
     label = f"{backend.name} {kernel.name}"
+    if kernel.built(tuple(arg_types)):  # maybe with other globals than the key would read
+        logger.info("%s: no kernel key (its program was built already, with the values "
+                    "its globals had then)", label)
+        return None
     try:
         parts = {
             "kiln": kiln_identity(),

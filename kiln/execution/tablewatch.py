@@ -3,10 +3,12 @@
 A kernel reads a module-level NumPy array as a constant table (`kiln.lang.tables`): the
 frontend copies it into the program, which the backend compiles in. A `TableWatch` keeps,
 for every name chain the kernel and its device functions read that denotes an array (`LUT`,
-`consts.LUT`), the array object and a copy of its bytes. A launch asks `changed()` (the
-executor before it specialises, a fast-path plan before it launches): when a name now
-denotes another array, or the array's shape, type or content differ, the kernel forgets
-what it compiled and is built again with the new values (`Kernel.forget_compiled`). The
+`consts.LUT`), the array object and a copy of its bytes. A launch asks `changed()`
+(`Kernel.check_tables`, before the executor specialises and before the frontend builds a
+program; a fast-path plan before it launches): when a name now denotes another array, or
+the array's shape, type or content differ, the kernel forgets what it compiled and is built
+again with the new values (`Kernel.forget_compiled`). A `dim=` variant (`SizedKernel`) is
+built from its kernel's programs, so it shares its kernel's watch. The
 check costs a few dict lookups and one `tobytes` comparison per table (at most 32 KiB),
 and only kernels that read tables pay it.
 """
@@ -44,14 +46,12 @@ class TableRead:
 
 
 def _names_holding(scope: _Scope, chain: tuple[str, ...]) -> dict[str, Any] | None:
-    """For a plain name, the mapping to look it up in again (the module's globals, or the
-    closure, whose cells kiln reads once); None for an attribute chain, resolved each time."""
-    if len(chain) > 1:
+    """For a plain global name, the module's globals to look it up in again; None for a
+    closure's name (its cell, which `nonlocal` may rebind) or an attribute chain, resolved
+    each time."""
+    if len(chain) > 1 or chain[0] in scope.cells or chain[0] not in scope.globals:
         return None
-    for names in (scope.closure, scope.globals):
-        if chain[0] in names:
-            return names
-    return None
+    return scope.globals
 
 
 class TableWatch:
