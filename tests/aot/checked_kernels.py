@@ -1,9 +1,9 @@
 """Kernels for the C API's checks (tests/aot/api_checks_client.c): a plain one, one that
-needs blocks of 64 threads (built with `--block staged=64`) and a debug one that writes
-one element past the end, and a debug one that writes past the end of a view."""
+needs blocks of 64 threads (`--block staged=64`), debug ones that write one element past
+the end, past the end of a view and (a wide store's tail) past the end."""
 
 import kiln
-from kiln import f32, i32
+from kiln import f32, f32x4, i32
 
 
 @kiln.kernel
@@ -36,3 +36,9 @@ def head_of(x: f32[:], n: i32):
     i = kiln.global_id(0)
     if i < n:
         seg[i] = f32(2)
+
+
+@kiln.kernel(debug=True)
+def wide_tail(x: f32[:], k: i32):
+    if kiln.global_id(0) == 0:
+        kiln.store(x, k, f32x4(1.0, 2.0, 3.0, 4.0))
