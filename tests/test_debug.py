@@ -9,7 +9,7 @@ import pytest
 from conftest import marked_line, requires_backend
 
 import kiln
-from kiln import f32, f32x2, f32x4, i32
+from kiln import f32, f32x2, f32x4, i32, i64
 
 BACKENDS = [pytest.param(name, marks=requires_backend(name, f"the {name} backend is missing"))
             for name in ("interp", "cpu", "opencl", "serial", "cuda")]
@@ -153,6 +153,11 @@ def wide_store(x: f32[:], k: i32):
 
 
 @kiln.kernel(debug=True)
+def wide_store_64(x: f32[:], k: i64):
+    kiln.store(x, k, f32x4(1.0, 2.0, 3.0, 4.0))  # error
+
+
+@kiln.kernel(debug=True)
 def wide_load(x: f32[:], out: f32[:], k: i32):
     v = kiln.load(f32x4, x, k)  # error
     out[0] = v.x + v.w
@@ -173,6 +178,9 @@ def test_wide_loads_and_stores_are_checked_for_their_whole_extent(backend: str) 
         outside = f"`x[{first}]`, outside its 10 elements"
         assert report(wide_store, backend, x, k) == f"wrote {outside}"
         assert report(wide_load, backend, x, out, k) == f"read {outside}"
+        assert report(wide_store_64, backend, x, k) == f"wrote {outside}"
+    assert report(wide_store_64, backend, x, 2**40) == \
+        "wrote `x[4398046511104]`, outside its 10 elements"
     x = np.zeros(10, np.float32)
     assert report(wide_store, backend, x, 1) is None
     np.testing.assert_array_equal(x[4:], [1, 2, 3, 4, 0, 0])  # nothing past the end
@@ -189,7 +197,7 @@ def test_wide_loads_and_stores_are_checked_for_their_whole_extent(backend: str) 
 
 def test_record_and_vector_kernels_compile_for_cuda_with_checks() -> None:
     for kernel in (record_neighbours, vector_neighbours, areas, record_rows,
-                   record_field_write, wide_store, wide_load, wide_load_2d):
+                   record_field_write, wide_store, wide_store_64, wide_load, wide_load_2d):
         cuda_source(kernel)
 
 
