@@ -900,7 +900,7 @@ def test_block_shapes_are_recorded_and_checked(checked_library) -> None:
     manifest = json.loads((lib_dir / "chk.json").read_text())
     shapes = {e["kernel"]: e["block_shapes"] for e in manifest["entry_points"]}
     assert shapes == {"fill": None, "staged": [[64, 1, 1]], "off_by_one": None,
-                      "head_of": None, "fill3": None}
+                      "head_of": None, "fill3": None, "wide_tail": None}
     header = (lib_dir / "chk.h").read_text()
     assert " *   block: 64x1x1 */\nCHK_API int chk_staged(" in header
     assert " *   block: any shape */\nCHK_API int chk_fill(" in header
@@ -944,6 +944,19 @@ def test_a_debug_library_checks_views_against_their_own_extent(checked_library) 
         lib.head_of(1, 64, x, 5)
     lib.head_of(1, 64, x, 4)
     np.testing.assert_array_equal(x.copy_to_host()[:4], np.full(4, 2, np.float32))
+
+
+def test_a_debug_library_checks_the_tail_of_wide_stores(checked_library) -> None:
+    """`kiln.store(x, 2, f32x4(...))` into 10 elements writes x[8:12]: refused at x[10],
+    the first element outside, as in-process, instead of writing past the end."""
+    _, lib_dir = checked_library
+    lib = kiln.load_library(lib_dir)
+    x = lib.to_device(np.zeros(10, np.float32))
+    with pytest.raises(kiln.IndexOutOfBoundsError,
+                       match=r"wide_tail.*wrote `x\[10\]`, outside its 10 elements"):
+        lib.wide_tail(1, 1, x, 2)
+    lib.wide_tail(1, 1, x, 1)
+    np.testing.assert_array_equal(x.copy_to_host()[4:], [1, 2, 3, 4, 0, 0])
 
 
 def test_a_non_debug_build_has_no_checks(tmp_path) -> None:

@@ -9,7 +9,7 @@ import pytest
 from conftest import marked_line, requires_backend
 
 import kiln
-from kiln import f32, f32x2, i32
+from kiln import f32, f32x2, f32x4, i32, i64
 
 BACKENDS = [pytest.param(name, marks=requires_backend(name, f"the {name} backend is missing"))
             for name in ("interp", "cpu", "opencl", "serial", "cuda")]
@@ -26,7 +26,7 @@ def cuda_source(kernel: kiln.Kernel) -> str:
     nvrtc = pytest.importorskip("kiln.backends.cuda.nvrtc", reason="cuda-bindings is missing")
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed")
     source = kernel.source("cuda")
-    assert "kiln_check_index" in source
+    assert "kiln_check_" in source
     ptx = nvrtc.compile_source(source, kernel.name, nvrtc.options_for("sm_90", "ptx"), "ptx")
     assert b".entry" in ptx
     return source
@@ -133,8 +133,71 @@ def test_variant_arrays_and_rows_of_records_run_checked(backend: str) -> None:
         run(record_rows, backend, 3, nodes, out, 2)
 
 
+@kiln.kernel(debug=True)
+def record_field_write(nodes: Node[:], k: i32):
+    nodes[k].y = 3.0  # error
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_record_field_write_is_reported_as_a_write(backend: str) -> None:
+    assert report(record_field_write, backend, np.zeros(4, Node.dtype), 4) == \
+        "wrote `nodes[4]`, outside its 4 elements"
+    nodes = np.zeros(4, Node.dtype)
+    assert report(record_field_write, backend, nodes, 3) is None
+    np.testing.assert_array_equal(nodes["y"], [0, 0, 0, 3])
+
+
+@kiln.kernel(debug=True)
+def wide_store(x: f32[:], k: i32):
+    kiln.store(x, k, f32x4(1.0, 2.0, 3.0, 4.0))  # error
+
+
+@kiln.kernel(debug=True)
+def wide_store_64(x: f32[:], k: i64):
+    kiln.store(x, k, f32x4(1.0, 2.0, 3.0, 4.0))  # error
+
+
+@kiln.kernel(debug=True)
+def wide_load(x: f32[:], out: f32[:], k: i32):
+    v = kiln.load(f32x4, x, k)  # error
+    out[0] = v.x + v.w
+
+
+@kiln.kernel(debug=True)
+def wide_load_2d(m: f32[:, :], out: f32[:], r: i32, j: i32):
+    v = kiln.load(f32x4, m, r, j)  # error
+    out[0] = v.x + v.w
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wide_loads_and_stores_are_checked_for_their_whole_extent(backend: str) -> None:
+    """A wide access of 4 elements from 4k is checked for all 4, and reports the first
+    element outside (the same index on every backend)."""
+    x, out = np.zeros(10, np.float32), np.zeros(1, np.float32)
+    for k, first in ((2, 10), (3, 12), (-1, -4), (-2147483648, -8589934592)):
+        outside = f"`x[{first}]`, outside its 10 elements"
+        assert report(wide_store, backend, x, k) == f"wrote {outside}"
+        assert report(wide_load, backend, x, out, k) == f"read {outside}"
+        assert report(wide_store_64, backend, x, k) == f"wrote {outside}"
+    assert report(wide_store_64, backend, x, 2**40) == \
+        "wrote `x[4398046511104]`, outside its 10 elements"
+    x = np.zeros(10, np.float32)
+    assert report(wide_store, backend, x, 1) is None
+    np.testing.assert_array_equal(x[4:], [1, 2, 3, 4, 0, 0])  # nothing past the end
+    assert report(wide_load, backend, x, out, 1) is None
+    assert out[0] == 5
+    m = np.arange(18, dtype=np.float32).reshape(3, 6)
+    assert report(wide_load_2d, backend, m, out, 1, 1) == \
+        "read `m[:, 6]`, outside its shape (axis 1 has 6 elements)"
+    assert report(wide_load_2d, backend, m, out, 3, 0) == \
+        "read `m[3, :]`, outside its shape (axis 0 has 3 elements)"
+    assert report(wide_load_2d, backend, m, out, 2, 0) is None
+    assert out[0] == 12 + 15
+
+
 def test_record_and_vector_kernels_compile_for_cuda_with_checks() -> None:
-    for kernel in (record_neighbours, vector_neighbours, areas, record_rows):
+    for kernel in (record_neighbours, vector_neighbours, areas, record_rows,
+                   record_field_write, wide_store, wide_store_64, wide_load, wide_load_2d):
         cuda_source(kernel)
 
 

@@ -1,9 +1,10 @@
 """Kernels for the C API's checks (tests/aot/api_checks_client.c): plain ones (of 1 and 3
-dimensions), one that needs blocks of 64 threads (built with `--block staged=64`), a debug
-one writing past the end and a debug one that writes past the end of a view."""
+dimensions), one that needs blocks of 64 threads (`--block staged=64`), debug ones that
+write one element past the end, past the end of a view and (a wide store's tail) past
+the end."""
 
 import kiln
-from kiln import f32, i32
+from kiln import f32, f32x4, i32
 
 
 @kiln.kernel
@@ -43,3 +44,9 @@ def fill3(x: f32[:, :, :]):
     i = kiln.global_id(2)
     if i < x.shape[2]:
         x[0, 0, i] = f32(3)
+
+
+@kiln.kernel(debug=True)
+def wide_tail(x: f32[:], k: i32):
+    if kiln.global_id(0) == 0:
+        kiln.store(x, k, f32x4(1.0, 2.0, 3.0, 4.0))

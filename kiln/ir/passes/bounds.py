@@ -6,23 +6,28 @@ otherwise it records the failure in the status array (the first failing thread c
 with a compare-and-swap, then writes the index and its thread and block) and returns 0, so
 the access stays inside the array. The launch's next synchronisation raises
 `IndexOutOfBoundsError` naming the kernel, the array, the index, the thread and the line
-(`kiln.runtime.status`). The checker is a call where the index is evaluated, so indices
-guarded by `and`, `or` or `if ... else` are checked only when evaluated.
+(`kiln.runtime.status`). The last index of a wide access (`kiln.load(f32x4, a, i)`,
+`kiln.store`) has a checker of its own (`kiln_check_wide4_*`) for all its elements, which
+reports the first element outside. The checker is a call where the index is evaluated, so
+indices guarded by `and`, `or` or `if ... else` are checked only when evaluated.
 
 Views index their array (`seg[k]` is `a[lo + k]`), so a program built with checks marks
 each index of a view and each bound of a slice as an `ir.CheckedIndex` against the view's
 own extent; those become calls of checkers of their own (`kiln_check_view_*`, and
 `kiln_check_bound_*` for a slice's bounds, which may equal the extent). The interp checks
-every array access itself (`Backend.checks_bounds`) and gets only the views' checks
-(`arrays=False`).
+every array access itself (`Backend.checks_bounds`) and gets only the views' and the
+wide accesses' checks (`arrays=False`).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from ...errors import IndexOutOfBoundsError
 from .. import nodes as ir
 from ..ranges import Ranges
-from ..types import ArrayType, ScalarType, bool_, i32, i64
+from ..types import ArrayType, ScalarType, Type, VectorType, bool_, i32, i64, u64
 from ..visit import Transformer
 from .common import all_functions, clone_program
 from .status import STATUS_TYPE, Status, fresh
@@ -37,7 +42,7 @@ def check_bounds(program: ir.Program, arrays: bool = True) -> ir.Program:
     program = clone_program(program)
     status = Status(program)
     taken = {f.name for f in all_functions(program)}
-    checkers: dict[tuple[ScalarType, str], ir.Function] = {}
+    checkers: dict[tuple[ScalarType, str, int], ir.Function] = {}
     kernel = program.kernel.name
     for func in all_functions(program):
         _Checked(func, status, checkers, taken, kernel, arrays).transform_body_of(func)
@@ -51,25 +56,36 @@ def check_bounds(program: ir.Program, arrays: bool = True) -> ir.Program:
 
 class _Checked(Transformer):
     def __init__(self, func: ir.Function, status: Status,
-                 checkers: dict[tuple[ScalarType, str], ir.Function], taken: set[str],
+                 checkers: dict[tuple[ScalarType, str, int], ir.Function], taken: set[str],
                  kernel: str, arrays: bool) -> None:
         self.func, self.status, self.checkers = func, status, checkers
         self.taken, self.kernel, self.arrays = taken, kernel, arrays
         self.ranges = Ranges(func)
+        self.written: set[int] = set()  # ids of the elements a `SetField` writes
 
     def transform_body_of(self, func: ir.Function) -> None:
         func.body = self.transform_body(func.body)
+
+    def transform(self, node: object) -> object:
+        if isinstance(node, ir.SetField):  # `ps[k].a = v` writes `ps[k]`: "wrote"
+            place = node.target
+            while isinstance(place, ir.Field):
+                place = place.value
+            self.written.add(id(place))
+        return super().transform(node)
 
     def visit_CheckedIndex(self, e: ir.CheckedIndex) -> ir.Expr:
         extent = e.extent if e.extent.type == i32 else ir.Cast(i32, e.extent, loc=e.loc)
         return self.check(e.value, extent, e.message, "bound" if e.bound else "view", e.loc)
 
     def visit_Load(self, e: ir.Load) -> ir.Expr:
-        e.indices = self.checked(e.array, e.indices, "read", e.loc)
+        verb = "wrote" if id(e) in self.written else "read"
+        e.indices = self.checked(e.array, e.indices, verb, e.loc, _width(e.array, e.type))
         return e
 
     def visit_Store(self, s: ir.Store) -> ir.Stmt:
-        s.indices = self.checked(s.array, s.indices, "wrote", s.loc)
+        s.indices = self.checked(s.array, s.indices, "wrote", s.loc,
+                                 _width(s.array, s.value.type))
         return s
 
     def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:
@@ -84,40 +100,56 @@ class _Checked(Transformer):
         return e
 
     def checked(self, array: ir.Var, indices: list[ir.Expr], verb: str,
-                loc: ir.Loc | None) -> list[ir.Expr]:
+                loc: ir.Loc | None, width: int = 1) -> list[ir.Expr]:
+        """The indices, each checked against its axis; the last one of a wide access
+        (`width` elements from `width * index`) for its whole extent, also where the
+        backend checks arrays itself (it sees `width * index` only, which may wrap)."""
         t = array.type
         assert isinstance(t, ArrayType)
-        if not self.arrays:
-            return indices
         out = []
         for axis, index in enumerate(indices):
-            if t.shape is not None and _within(self.ranges.of(index), t.shape[axis]):
+            n = width if axis == t.ndim - 1 else 1
+            if not self.arrays and n == 1:
+                out.append(index)  # the backend checks it (a wide one's `n * index` may wrap)
+                continue
+            if t.shape is not None and _within(self.ranges.of(index), t.shape[axis] // n):
                 out.append(index)  # provably inside a fixed shape (`s[tid]`, `s[i % 64]`)
                 continue
             dim = ir.ArrayDim(i32, ir.Var(t, array.name), axis, loc=loc)
             message = index_message(verb, array.name, axis, t.ndim)
-            out.append(self.check(index, dim, message, "index", loc))
+            out.append(self.check(index, dim, message, "index" if n == 1 else "wide", loc, n))
         return out
 
     def check(self, index: ir.Expr, extent: ir.Expr, message: str, kind: str,
-              loc: ir.Loc | None) -> ir.Expr:
+              loc: ir.Loc | None, width: int = 1) -> ir.Expr:
         """`index` through the checker of `kind` (`_checker`), which reports `message`
-        when it is outside `extent`."""
+        when it is outside `extent` (a "wide" one: when any of the `width` elements from
+        `width * index` is)."""
         code = self.status.add(ir.RuntimeCheck(
             IndexOutOfBoundsError,
             f"kernel `{self.kernel}`: thread {{thread}} of block {{block}} {message}", loc,
             details=True))
         index_type = index.type if index.type == i64 else i32
         value = index if index.type == index_type else ir.Cast(index_type, index)
-        checker = self.checker(index_type, kind)  # type: ignore[arg-type]
+        checker = self.checker(index_type, kind, width)  # type: ignore[arg-type]
         return ir.Call(index_type, checker.name, [value, extent, ir.Const(i32, code)], loc=loc)
 
-    def checker(self, t: ScalarType, kind: str) -> ir.Function:
-        found = self.checkers.get((t, kind))
+    def checker(self, t: ScalarType, kind: str, width: int) -> ir.Function:
+        found = self.checkers.get((t, kind, width))
         if found is None:
-            found = self.checkers[t, kind] = _checker(
-                fresh(f"kiln_check_{kind}_{t.name}", self.taken), t, kind, self.status)
+            name = f"kiln_check_{kind}{width if kind == 'wide' else ''}_{t.name}"
+            found = self.checkers[t, kind, width] = _checker(
+                fresh(name, self.taken), t, kind, self.status, width)
         return found
+
+
+def _width(array: ir.Var, t: Type) -> int:
+    """How many elements of `array` an access of a `t` moves: a vector's components for a
+    wide access of a scalar array (`kiln.load(f32x4, a, i)`, `kiln.store`), else 1."""
+    assert isinstance(array.type, ArrayType)
+    if isinstance(t, VectorType) and isinstance(array.type.elem, ScalarType):
+        return t.n
+    return 1
 
 
 def _within(bounds: tuple[int, int], extent: int) -> bool:
@@ -141,31 +173,62 @@ def outside(axis: int, ndim: int, extent: int | str) -> str:
     return f"outside its shape (axis {axis} has {extent} elements)"
 
 
-def _checker(name: str, t: ScalarType, kind: str, status: Status) -> ir.Function:
+def _checker(name: str, t: ScalarType, kind: str, status: Status, width: int) -> ir.Function:
     """`name(index, dim, code)`: the index when in range, else 0 after reporting `code`.
     In range: `0 <= index < dim` for an array's or a view's index (kind "index", "view"),
-    `0 <= index <= dim` for a slice's bound ("bound"); a view's or a slice's `dim` below 0
+    `0 <= index <= dim` for a slice's bound ("bound"), elements `width * index` to
+    `width * index + width - 1` all inside `dim` for a wide access ("wide", which reports
+    the first element outside, as the interp does); a view's or a slice's `dim` below 0
     (a slice `a[lo:hi]` with `lo > hi`) is an empty axis, 0."""
     index, dim, code = ir.Var(t, "index"), ir.Var(i32, "dim"), ir.Var(i32, "code")
     array = ir.Var(STATUS_TYPE, status.name)
-    outside = ir.BoolOp(bool_, "or", [
+    tests: list[ir.Expr] = [
         ir.Compare(bool_, "<", index, ir.Const(t, 0)),
         ir.Compare(bool_, ">" if kind == "bound" else ">=", index,
-                   dim if t == i32 else ir.Cast(t, dim))])
+                   dim if t == i32 else ir.Cast(t, dim))]
+    reported: Callable[[], ir.Expr] = functools.partial(ir.Var, t, "index")
+    if kind == "wide":
+        past, reported = _wide(t, width)
+        tests.append(past)
+    outside = ir.BoolOp(bool_, "or", tests)
     claimed = ir.Compare(bool_, "==", ir.IntrinsicCall(
         i32, "atomic_cas", [array, ir.Const(i32, 0), ir.Const(i32, 0), code]), ir.Const(i32, 0))
-    high = (ir.Cast(i32, ir.BinOp(t, ">>", index, ir.Const(t, 32))) if t == i64 else
+    low = reported()
+    high = (ir.Cast(i32, ir.BinOp(i64, ">>", reported(), ir.Const(i64, 32)))
+            if low.type == i64 else
             ir.Select(i32, ir.Compare(bool_, "<", index, ir.Const(t, 0)),
                       ir.Const(i32, -1), ir.Const(i32, 0)))
-    words: list[ir.Expr] = [index if t == i32 else ir.Cast(i32, index), high, dim,
-                            *(ir.IntrinsicCall(i32, n, []) for n in _THREAD)]
+    words: list[ir.Expr] = [
+        low if low.type == i32 else ir.Cast(i32, low), high, dim,
+        *(ir.IntrinsicCall(i32, n, []) for n in _THREAD)]
     report: list[ir.Stmt] = [ir.Store(array, [ir.Const(i32, k + 1)], w)
                              for k, w in enumerate(words)]
     body: list[ir.Stmt] = [
         ir.If(outside, [ir.If(claimed, report), ir.Return(ir.Const(t, 0))]),
         ir.Return(index)]
-    if kind != "index":
+    if kind in ("view", "bound"):
         empty = ir.Compare(bool_, "<", dim, ir.Const(i32, 0))
         body.insert(0, ir.Assign("dim", ir.Select(i32, empty, ir.Const(i32, 0), dim)))
     return ir.Function(name, [ir.Param("index", t), ir.Param("dim", i32),
                               ir.Param("code", i32)], t, body, {})
+
+
+def _wide(t: ScalarType, width: int) -> tuple[ir.Expr, Callable[[], ir.Expr]]:
+    """For a wide checker, whose index is inside `dim`: whether its last element is past
+    it, and what makes the element reported (i64): the first, or `dim` when only the tail
+    is outside. `width * index` wraps (through u64) as the interp's address does."""
+    def first() -> ir.Expr:
+        product = ir.BinOp(u64, "*", ir.Cast(u64, ir.Var(t, "index")), ir.Const(u64, width))
+        return ir.Cast(i64, product)
+
+    def dim() -> ir.Expr:
+        return ir.Cast(i64, ir.Var(i32, "dim"))
+
+    past = ir.Compare(bool_, ">", ir.BinOp(i64, "+", first(), ir.Const(i64, width)), dim())
+
+    def reported() -> ir.Expr:
+        inside = ir.BoolOp(bool_, "and", [ir.Compare(bool_, ">=", first(), ir.Const(i64, 0)),
+                                          ir.Compare(bool_, "<", first(), dim())])
+        return ir.Select(i64, inside, dim(), first())
+
+    return past, reported
