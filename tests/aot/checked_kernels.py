@@ -1,7 +1,6 @@
-"""Kernels for the C API's checks (tests/aot/api_checks_client.c): plain ones (of 1 and 3
-dimensions), one that needs blocks of 64 threads (`--block staged=64`), debug ones that
-write one element past the end, past the end of a view and (a wide store's tail) past
-the end."""
+"""Kernels for the C API's checks (tests/aot/api_checks_client.c): plain ones (1-d, 3-d),
+one needing blocks of 64 threads (`--block staged=64`), debug ones that write past the end
+of an array, past the end of a view and (a wide store's tail) past the end."""
 
 import kiln
 from kiln import f32, f32x4, i32
