@@ -362,9 +362,10 @@ def test_query_says_whether_the_work_is_done(dev: kiln.Device) -> None:
 
 
 def test_dropped_streams_leave_no_threads(dev: kiln.Device) -> None:
-    gc.collect()
-    before = threading.active_count()
     x = kiln.zeros(4, f32, dev)
+    gc.collect()
+    dev.synchronize()  # lets go of the streams earlier tests dropped with unread checks
+    before = threading.active_count()
     for _ in range(50):
         stream = kiln.Stream(dev)
         kiln.launch(scale, dim=4, args=(x, 2.0, 4), stream=stream)
@@ -379,9 +380,10 @@ def test_dropped_streams_leave_no_threads(dev: kiln.Device) -> None:
 
 @pytest.mark.parametrize("dev", CHECKED, indirect=True)
 def test_dropped_streams_of_checked_launches_leave_no_threads(dev: kiln.Device) -> None:
-    gc.collect()
-    before = threading.active_count()
     x = kiln.zeros(8, f32, dev)
+    gc.collect()
+    dev.synchronize()
+    before = threading.active_count()
     for _ in range(20):
         stream = kiln.Stream(dev)
         write_past_end[kiln.dim(4), stream](x, 4)  # a debug kernel: a status per stream
@@ -392,6 +394,35 @@ def test_dropped_streams_of_checked_launches_leave_no_threads(dev: kiln.Device) 
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert threading.active_count() <= before
+
+
+@kiln.kernel
+def converge(y: f32[:], n: i32):
+    """Slow on purpose: each element converges to 2.0 over many steps."""
+    i = kiln.global_id(0)
+    if i < n:
+        v = 0.0
+        for _ in range(2000):
+            v = v + (2.0 - v) * 0.5
+        y[i] = v
+
+
+def test_a_device_synchronisation_waits_for_dropped_streams(dev: kiln.Device) -> None:
+    y = kiln.zeros(4096, f32, dev)
+    kiln.launch(converge, dim=4096, args=(y, 4096), stream=kiln.Stream(dev))
+    gc.collect()  # the stream is gone; its work is not
+    finishes(dev.synchronize)
+    assert np.all(y.numpy() == 2.0)
+
+
+@pytest.mark.parametrize("dev", CHECKED, indirect=True)
+def test_a_device_synchronisation_reports_a_dropped_streams_failure(dev: kiln.Device) -> None:
+    x = kiln.zeros(4, f32, dev)
+    write_past_end[kiln.dim(4), kiln.Stream(dev)](x, 4)
+    gc.collect()
+    with pytest.raises(kiln.IndexOutOfBoundsError):
+        finishes(dev.synchronize)
+    finishes(dev.synchronize)  # reported once
 
 
 @pytest.mark.parametrize("dev", CHECKED, indirect=True)

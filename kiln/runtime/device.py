@@ -36,6 +36,8 @@ class Device:
         self.part = part
         self._default_stream: Stream | None = None
         self.streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+        self._dropped: list[tuple[Any | None, dict[int, StatusWatch]]] = []
+        self._dropped_lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -73,9 +75,38 @@ class Device:
         return self._default_stream
 
     def synchronize(self) -> None:
-        """Wait for all work queued on this device (and raise a failed run-time check)."""
-        settle(lambda: self.backend.queue.synchronize_device(self),
-               lambda: [watch for stream in list(self.streams) for watch in stream.take_pending()])
+        """Wait for all work queued on this device, on dropped streams too (and raise a
+        failed run-time check)."""
+        with self._dropped_lock:
+            dropped, self._dropped = self._dropped, []
+        queue = self.backend.queue
+
+        def wait() -> None:
+            failures = []
+            for handle in [h for h, _ in dropped if h is not None]:
+                try:
+                    queue.synchronize_stream(handle)
+                except Exception as exc:
+                    failures.append(exc)
+            queue.synchronize_device(self)
+            if failures:
+                raise failures[0]
+
+        settle(wait, lambda: [w for stream in list(self.streams) for w in stream.take_pending()]
+               + [w for _, pending in dropped for w in take_pending(pending)])
+
+    def adopt(self, handle: Any, pending: dict[int, StatusWatch]) -> None:
+        """Keep what the backend needs of a dropped stream (and its launches' run-time
+        checks) until `synchronize` waits for it: its queued work still runs, and the
+        device's synchronisation covers it. Streams the backend knows are done, with no
+        check to report, are let go at once, so dropping streams costs nothing."""
+        queue = self.backend.queue
+        kept = queue.keep_dropped(handle)
+        with self._dropped_lock:
+            self._dropped = [(h, p) for h, p in self._dropped
+                             if p or (h is not None and not queue.stream_idle(h))]
+            if pending or (kept is not None and not queue.stream_idle(kept)):
+                self._dropped.append((kept, pending))
 
 
 class Stream:
@@ -86,6 +117,7 @@ class Stream:
         self.handle = self.device.backend.queue.create_stream(self.device)
         self.device.streams.add(self)
         self.pending: dict[int, StatusWatch] = {}  # launches with run-time checks
+        weakref.finalize(self, self.device.adopt, self.handle, self.pending).atexit = False
 
     def synchronize(self) -> None:
         """Wait for the work queued on this stream (and raise a failed run-time check)."""
@@ -108,16 +140,8 @@ class Stream:
             self.device.backend.queue.wait_event(self.handle, event.handle)
 
     def take_pending(self) -> list[StatusWatch]:
-        """The run-time checks of the launches since the last synchronisation (removed,
-        one at a time: a check another thread arms meanwhile is taken now or left whole for
-        the next synchronisation, never dropped)."""
-        watches = []
-        while self.pending:
-            try:
-                watches.append(self.pending.popitem()[1])
-            except KeyError:  # another thread took the last one
-                break
-        return watches
+        """The run-time checks of the launches since the last synchronisation."""
+        return take_pending(self.pending)
 
     def __repr__(self) -> str:
         return f"<kiln.Stream on {self.device.name}>"
@@ -182,6 +206,19 @@ class Event:
     def __repr__(self) -> str:
         state = "recorded" if self._recorded else "never recorded"
         return f"<kiln.Event on {self.device.name}, {state}>"
+
+
+def take_pending(pending: dict[int, StatusWatch]) -> list[StatusWatch]:
+    """The run-time checks in `pending` (removed, one at a time: a check another thread
+    arms meanwhile is taken now or left whole for the next synchronisation, never
+    dropped)."""
+    watches = []
+    while pending:
+        try:
+            watches.append(pending.popitem()[1])
+        except KeyError:  # another thread took the last one
+            break
+    return watches
 
 
 def stream_on(device: Device, stream: Stream | None, doing: str) -> Stream:

@@ -237,6 +237,15 @@ def done(event: CLEvent) -> bool:
     return bool(status == import_pyopencl().command_execution_status.COMPLETE)
 
 
+def idle(queue: cl.CommandQueue) -> bool:
+    """Whether the commands enqueued on `queue` are done, without waiting (a marker after
+    them has completed)."""
+    event = CLEvent()
+    record(event, queue)
+    queue.flush()
+    return done(event)
+
+
 def wait_on_queue(queue: cl.CommandQueue, event: CLEvent) -> None:
     """Commands enqueued on `queue` from now on start after the event's marker."""
     if event.marker is not None:
