@@ -468,6 +468,15 @@ def test_streams_and_events_take_device_specs(dev: kiln.Device) -> None:
         kiln.Stream("nonesuch")
 
 
+def test_zero_size_views_and_arrays(dev: kiln.Device) -> None:
+    wide, tall = kiln.zeros((4, 0), f32, dev), kiln.zeros((0, 4), f32, dev)
+    assert wide[1].numpy().shape == (0,) and wide[1:3].numpy().shape == (2, 0)
+    assert tall[:, 1].numpy().shape == (0,) and tall[:, 3].numpy().shape == (0,)
+    for shape in [(0,), (3, 0)]:
+        shared = kiln.as_device_array(np.zeros(shape, np.float32), dev)
+        assert shared.numpy().shape == shape
+
+
 @pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4)])
 def test_empty_arrays_copy_in_every_direction(dev: kiln.Device, other: kiln.Device,
                                               shape: tuple[int, ...]) -> None:
