@@ -555,3 +555,42 @@ def test_threads_asking_first_get_one_device_object() -> None:
     for worker in workers:
         worker.join(HANG_S)
     assert len(seen) == 8 and all(found[0] is seen[0][0] for found in seen)
+
+
+# ------------------------------------------------------------------ sizes and values
+
+
+@kiln.kernel
+def touch_bytes(x: kiln.u8[:], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        x[i] = 1
+
+
+def test_an_extent_over_i32_is_refused_by_name(dev: kiln.Device) -> None:
+    kiln.launch(touch_bytes, dim=4, args=(kiln.zeros(8, kiln.u8, dev), 4))  # a plan is kept
+    try:
+        huge = kiln.empty(2**31 + 5, kiln.u8, dev)  # untouched: no memory is written
+    except kiln.OutOfMemoryError as exc:
+        assert str(2**31 + 5) in str(exc) and dev.name in str(exc)
+        return
+    with pytest.raises(kiln.LaunchError, match=r"argument 'x'.*over 2147483647"):
+        kiln.launch(touch_bytes, dim=4, args=(huge, 4))
+
+
+def test_an_allocation_too_large_is_out_of_memory(dev: kiln.Device) -> None:
+    with pytest.raises(kiln.OutOfMemoryError, match=f"{dev.name} cannot allocate "
+                                                    f"{2**42} bytes") as caught:
+        kiln.empty(2**40, f32, dev)
+    assert isinstance(caught.value, MemoryError)
+
+
+def test_launch_arguments_a_kernel_cannot_take(dev: kiln.Device) -> None:
+    x = kiln.zeros(4, f32, dev)
+    with pytest.raises(kiln.LaunchError, match="args= takes a tuple or list"):
+        kiln.launch(scale, dim=4, args=x)  # type: ignore[arg-type]
+    with pytest.raises(kiln.LaunchError, match="argument 'factor'.*too large for f32"):
+        kiln.launch(scale, dim=4, args=(x, 2**2000, 4))
+    masked = np.ma.masked_array(np.zeros(4, np.float32), mask=[0, 1, 0, 0])
+    with pytest.raises(kiln.LaunchError, match="argument 'x'.*no masked arrays"):
+        kiln.launch(scale, dim=4, args=(masked, 2.0, 4), device=dev)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import CopyError
+from ..errors import CopyError, OutOfMemoryError
 from ..framework.backend import (
     CudaArrayInterop,
     DLPackInterop,
@@ -258,7 +258,12 @@ def empty(shape: int | tuple[int, ...], dtype: Any = np.float32,
     dims, dt = _layout(shape, dtype)
     dev = resolve_device(device)
     nbytes = math.prod(dims) * dt.itemsize
-    return DeviceArray(dev, dims, dt, dev.backend.allocator.allocate(dev, nbytes))
+    try:
+        buffer = dev.backend.allocator.allocate(dev, nbytes)
+    except MemoryError as exc:
+        raise OutOfMemoryError(f"{dev.name} cannot allocate {nbytes} bytes for an array "
+                               f"of shape {dims} {dt.name}: {exc or 'out of memory'}") from None
+    return DeviceArray(dev, dims, dt, buffer)
 
 
 def to_device(array: Any, device: Device | str | None = None,
