@@ -594,3 +594,23 @@ def test_launch_arguments_a_kernel_cannot_take(dev: kiln.Device) -> None:
     masked = np.ma.masked_array(np.zeros(4, np.float32), mask=[0, 1, 0, 0])
     with pytest.raises(kiln.LaunchError, match="argument 'x'.*no masked arrays"):
         kiln.launch(scale, dim=4, args=(masked, 2.0, 4), device=dev)
+
+
+def test_numpy_waits_for_the_stream_it_is_given(dev: kiln.Device, other: kiln.Device) -> None:
+    y, stream = kiln.zeros(4096, f32, dev), kiln.Stream(dev)
+    kiln.launch(converge, dim=4096, args=(y, 4096), stream=stream)
+    assert np.all(finishes(lambda: y.numpy(stream=stream)) == 2.0)
+    with pytest.raises(kiln.DeviceMismatchError):
+        y.numpy(stream=kiln.Stream(other))
+
+
+def test_a_view_goes_to_another_device_as_to_device_takes_it(dev: kiln.Device,
+                                                             other: kiln.Device) -> None:
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    column = kiln.to_device(host, dev)[:, 1]
+    stream = kiln.Stream(other)
+    moved = column.to(other, stream)
+    stream.synchronize()
+    assert moved.device is other
+    np.testing.assert_array_equal(moved.numpy(), host[:, 1])
+    np.testing.assert_array_equal(column.numpy(stream=kiln.Stream(dev)), host[:, 1])

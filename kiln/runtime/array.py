@@ -113,9 +113,10 @@ class DeviceArray:
         stream.synchronize()
         return out
 
-    def numpy(self) -> np.ndarray:
-        """A NumPy copy of the contents, after all queued work on the default stream."""
-        return self.copy_to_host()
+    def numpy(self, stream: Stream | None = None) -> np.ndarray:
+        """A NumPy copy of the contents, after the work queued on `stream` (a stream of
+        this device; by default its default stream)."""
+        return self.copy_to_host(stream=stream)
 
     def copy(self) -> DeviceArray:
         """A new C-contiguous device array with this one's contents."""
@@ -408,6 +409,11 @@ class DeviceArrayView(DeviceArray):
 
     def copy(self) -> DeviceArray:
         return to_device(self.numpy(), self.device)
+
+    def to(self, device: Device | str, stream: Stream | None = None) -> DeviceArray:
+        """As `kiln.to_device(view, device, stream)`: through the host (a view that is not
+        one block of memory has no device-to-device copy)."""
+        return to_device(self, device, stream)
 
     def copy_from_host(self, src: np.ndarray, stream: Stream | None = None) -> None:
         raise ValueError(f"this view cannot be written from the host ({self.launch_problem}); "
