@@ -614,3 +614,49 @@ def test_a_view_goes_to_another_device_as_to_device_takes_it(dev: kiln.Device,
     assert moved.device is other
     np.testing.assert_array_equal(moved.numpy(), host[:, 1])
     np.testing.assert_array_equal(column.numpy(stream=kiln.Stream(dev)), host[:, 1])
+
+
+@pytest.mark.parametrize(("value", "dtype", "error", "says"), [
+    (2**40, kiln.i32, ValueError, "int32 cannot hold 1099511627776"),
+    (-1, kiln.u32, ValueError, "uint32 cannot hold -1"),
+    (np.nan, kiln.i32, ValueError, "int32 cannot hold nan"),
+    (np.inf, kiln.i32, ValueError, "int32 cannot hold inf"),
+    (2.5, kiln.i32, ValueError, "int32 cannot hold 2.5"),
+    (2**2000, f32, ValueError, "float32 cannot hold an int of 2001 bits"),
+    (1e300, f32, ValueError, "float32 cannot hold 1e"),
+    ("x", f32, TypeError, "filled with a number, got str 'x'"),
+])
+def test_fill_values_the_dtype_cannot_hold_are_refused(dev: kiln.Device, value: Any,
+                                                       dtype: Any, error: type, says: str
+                                                       ) -> None:
+    with pytest.raises(error, match=re.escape(says)):
+        kiln.full(3, value, dtype, dev)
+    with pytest.raises(error, match=re.escape(says)):
+        kiln.partials(3, dtype, [dev], fill=value)
+
+
+def test_fill_values_every_dtype_holds(dev: kiln.Device) -> None:
+    for value, dtype in [(np.inf, f32), (np.nan, f32), (7.0, i32), (True, i32), (-1, i32)]:
+        np.testing.assert_array_equal(kiln.full(3, value, dtype, dev).numpy(),
+                                      np.full(3, value, dtype.dtype))
+
+
+def test_one_device_alone_shards_as_a_list_of_one(dev: kiln.Device) -> None:
+    host = np.arange(6, dtype=np.float32)
+    for devices in (dev, dev.name):
+        np.testing.assert_array_equal(kiln.shard(host, devices).gather(), host)
+    with pytest.raises(TypeError, match="devices is a list"):
+        kiln.shard(host, 3)  # type: ignore[arg-type]
+
+
+def test_parts_of_a_split_device_are_named_as_objects() -> None:
+    whole = kiln.device("cpu") if "cpu" in BACKENDS else None
+    if whole is None:
+        pytest.skip("splitting a device needs the cpu backend (gcc with OpenMP)")
+    part = whole.split(2)[0]
+    with pytest.raises(kiln.DeviceNotFoundError, match="part of a split device"):
+        kiln.Stream(part.name)
+    x = kiln.zeros(4, f32, part)
+    with pytest.raises(kiln.DeviceMismatchError, match=r"kiln.Stream\(part\)") as caught:
+        x.numpy(stream=kiln.Stream(whole))
+    assert f"kiln.Stream({part.name!r})" not in str(caught.value)

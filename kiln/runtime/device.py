@@ -231,8 +231,16 @@ def stream_on(device: Device, stream: Stream | None, doing: str) -> Stream:
     if stream.device is not device:
         raise DeviceMismatchError(
             f"{doing}: the stream is on {stream.device.name}, not {device.name}; pass a "
-            f"stream of {device.name} (kiln.Stream({device.name!r})) or none for its default")
+            f"stream of {device.name} ({_stream_call(device)}) or none for its default")
     return stream
+
+
+def _stream_call(device: Device) -> str:
+    """How to make a stream of `device`: by spec, or for a part of a split device (which
+    no spec names) from the Device itself."""
+    if device.part is None:
+        return f"kiln.Stream({device.name!r})"
+    return f"kiln.Stream(part), with part the {device.name} Device that split() returned"
 
 
 def as_stream(stream: Any, doing: str) -> Stream | None:
@@ -287,6 +295,9 @@ def device(spec: str | Device | None = None) -> Device:
         raise DeviceNotFoundError(f"backend {name!r} has no devices")
     if not index:
         return devs[0]
+    if "." in index:
+        raise DeviceNotFoundError(f"{spec!r} names a part of a split device, which only "
+                                  f"its kiln.Device object (from split()) stands for")
     if not index.isdigit() or int(index) >= len(devs):
         raise DeviceNotFoundError(f"{spec!r}: backend {name!r} has devices 0..{len(devs) - 1}")
     return devs[int(index)]
