@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,9 @@ class Device:
         self.part = part
         self._default_stream: Stream | None = None
         self.streams: weakref.WeakSet[Stream] = weakref.WeakSet()
-        self._dropped: list[tuple[Any | None, dict[int, StatusWatch]]] = []
+        # dropped streams' handles and checks, appended by finalizers (which take no lock:
+        # a collection may run one while this thread holds it)
+        self._dropped: deque[tuple[Any | None, dict[int, StatusWatch]]] = deque()
         self._dropped_lock = threading.Lock()
 
     @property
@@ -78,7 +81,7 @@ class Device:
         """Wait for all work queued on this device, on dropped streams too (and raise a
         failed run-time check)."""
         with self._dropped_lock:
-            dropped, self._dropped = self._dropped, []
+            dropped = self._take_dropped()
         queue = self.backend.queue
 
         def wait() -> None:
@@ -98,15 +101,27 @@ class Device:
     def adopt(self, handle: Any, pending: dict[int, StatusWatch]) -> None:
         """Keep what the backend needs of a dropped stream (and its launches' run-time
         checks) until `synchronize` waits for it: its queued work still runs, and the
-        device's synchronisation covers it. Streams the backend knows are done, with no
-        check to report, are let go at once, so dropping streams costs nothing."""
+        device's synchronisation covers it. Called by the stream's finalizer."""
+        kept = self.backend.queue.keep_dropped(handle)
+        if kept is not None or pending:
+            self._dropped.append((kept, pending))
+
+    def let_go_of_idle(self) -> None:
+        """Let go of the dropped streams the backend knows are done, with no check to
+        report (each new stream does this, so dropping streams costs nothing)."""
+        if not self._dropped:
+            return
         queue = self.backend.queue
-        kept = queue.keep_dropped(handle)
         with self._dropped_lock:
-            self._dropped = [(h, p) for h, p in self._dropped
-                             if p or (h is not None and not queue.stream_idle(h))]
-            if pending or (kept is not None and not queue.stream_idle(kept)):
-                self._dropped.append((kept, pending))
+            self._dropped.extend([(h, p) for h, p in self._take_dropped()
+                                  if p or (h is not None and not queue.stream_idle(h))])
+
+    def _take_dropped(self) -> list[tuple[Any | None, dict[int, StatusWatch]]]:
+        """Every dropped stream kept, removed (the caller holds the lock)."""
+        taken = []
+        while self._dropped:
+            taken.append(self._dropped.popleft())
+        return taken
 
 
 class Stream:
@@ -115,6 +130,7 @@ class Stream:
     def __init__(self, device: Device | str | None = None) -> None:
         self.device = _resolve(device)
         self.handle = self.device.backend.queue.create_stream(self.device)
+        self.device.let_go_of_idle()
         self.device.streams.add(self)
         self.pending: dict[int, StatusWatch] = {}  # launches with run-time checks
         weakref.finalize(self, self.device.adopt, self.handle, self.pending).atexit = False
