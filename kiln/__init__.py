@@ -16,6 +16,7 @@ from .errors import (
     KernelTypeError,
     LaunchError,
     OptionError,
+    OutOfMemoryError,
     RecursionDepthError,
     UnknownNameError,
     UnsupportedError,

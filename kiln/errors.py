@@ -122,7 +122,13 @@ class CopyError(ValueError):
     or an `out` that is not C-contiguous or is read-only. The message names both sides."""
 
 
+class OutOfMemoryError(MemoryError):
+    """An allocation the device cannot make (too large for it, or its memory is full);
+    the message names the size and the device. A MemoryError, as NumPy's is."""
+
+
 for _error in (KernelError, UnknownNameError, KernelTypeError, ArityError, UnsupportedError,
                ConvergenceError, ConstantError, DeviceFeatureError, BackendCompileError,
-               IndexOutOfBoundsError, LaunchError, DeviceMismatchError, CopyError):
+               IndexOutOfBoundsError, LaunchError, DeviceMismatchError, CopyError,
+               OutOfMemoryError):
     _error.__module__ = "kiln"  # tracebacks name them as users import them: kiln.LaunchError

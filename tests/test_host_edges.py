@@ -362,9 +362,10 @@ def test_query_says_whether_the_work_is_done(dev: kiln.Device) -> None:
 
 
 def test_dropped_streams_leave_no_threads(dev: kiln.Device) -> None:
-    gc.collect()
-    before = threading.active_count()
     x = kiln.zeros(4, f32, dev)
+    gc.collect()
+    dev.synchronize()  # lets go of the streams earlier tests dropped with unread checks
+    before = threading.active_count()
     for _ in range(50):
         stream = kiln.Stream(dev)
         kiln.launch(scale, dim=4, args=(x, 2.0, 4), stream=stream)
@@ -379,9 +380,10 @@ def test_dropped_streams_leave_no_threads(dev: kiln.Device) -> None:
 
 @pytest.mark.parametrize("dev", CHECKED, indirect=True)
 def test_dropped_streams_of_checked_launches_leave_no_threads(dev: kiln.Device) -> None:
-    gc.collect()
-    before = threading.active_count()
     x = kiln.zeros(8, f32, dev)
+    gc.collect()
+    dev.synchronize()
+    before = threading.active_count()
     for _ in range(20):
         stream = kiln.Stream(dev)
         write_past_end[kiln.dim(4), stream](x, 4)  # a debug kernel: a status per stream
@@ -392,6 +394,35 @@ def test_dropped_streams_of_checked_launches_leave_no_threads(dev: kiln.Device) 
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert threading.active_count() <= before
+
+
+@kiln.kernel
+def converge(y: f32[:], n: i32):
+    """Slow on purpose: each element converges to 2.0 over many steps."""
+    i = kiln.global_id(0)
+    if i < n:
+        v = 0.0
+        for _ in range(2000):
+            v = v + (2.0 - v) * 0.5
+        y[i] = v
+
+
+def test_a_device_synchronisation_waits_for_dropped_streams(dev: kiln.Device) -> None:
+    y = kiln.zeros(4096, f32, dev)
+    kiln.launch(converge, dim=4096, args=(y, 4096), stream=kiln.Stream(dev))
+    gc.collect()  # the stream is gone; its work is not
+    finishes(dev.synchronize)
+    assert np.all(y.numpy() == 2.0)
+
+
+@pytest.mark.parametrize("dev", CHECKED, indirect=True)
+def test_a_device_synchronisation_reports_a_dropped_streams_failure(dev: kiln.Device) -> None:
+    x = kiln.zeros(4, f32, dev)
+    write_past_end[kiln.dim(4), kiln.Stream(dev)](x, 4)
+    gc.collect()
+    with pytest.raises(kiln.IndexOutOfBoundsError):
+        finishes(dev.synchronize)
+    finishes(dev.synchronize)  # reported once
 
 
 @pytest.mark.parametrize("dev", CHECKED, indirect=True)
@@ -435,6 +466,15 @@ def test_streams_and_events_take_device_specs(dev: kiln.Device) -> None:
             kiln.Event(bad)  # type: ignore[arg-type]
     with pytest.raises(kiln.DeviceNotFoundError):
         kiln.Stream("nonesuch")
+
+
+def test_zero_size_views_and_arrays(dev: kiln.Device) -> None:
+    wide, tall = kiln.zeros((4, 0), f32, dev), kiln.zeros((0, 4), f32, dev)
+    assert wide[1].numpy().shape == (0,) and wide[1:3].numpy().shape == (2, 0)
+    assert tall[:, 1].numpy().shape == (0,) and tall[:, 3].numpy().shape == (0,)
+    for shape in [(0,), (3, 0)]:
+        shared = kiln.as_device_array(np.zeros(shape, np.float32), dev)
+        assert shared.numpy().shape == shape
 
 
 @pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4)])
@@ -515,3 +555,108 @@ def test_threads_asking_first_get_one_device_object() -> None:
     for worker in workers:
         worker.join(HANG_S)
     assert len(seen) == 8 and all(found[0] is seen[0][0] for found in seen)
+
+
+# ------------------------------------------------------------------ sizes and values
+
+
+@kiln.kernel
+def touch_bytes(x: kiln.u8[:], n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        x[i] = 1
+
+
+def test_an_extent_over_i32_is_refused_by_name(dev: kiln.Device) -> None:
+    kiln.launch(touch_bytes, dim=4, args=(kiln.zeros(8, kiln.u8, dev), 4))  # a plan is kept
+    try:
+        huge = kiln.empty(2**31 + 5, kiln.u8, dev)  # untouched: no memory is written
+    except kiln.OutOfMemoryError as exc:
+        assert str(2**31 + 5) in str(exc) and dev.name in str(exc)
+        return
+    with pytest.raises(kiln.LaunchError, match=r"argument 'x'.*over 2147483647"):
+        kiln.launch(touch_bytes, dim=4, args=(huge, 4))
+
+
+def test_an_allocation_too_large_is_out_of_memory(dev: kiln.Device) -> None:
+    with pytest.raises(kiln.OutOfMemoryError, match=f"{dev.name} cannot allocate "
+                                                    f"{2**42} bytes") as caught:
+        kiln.empty(2**40, f32, dev)
+    assert isinstance(caught.value, MemoryError)
+
+
+def test_launch_arguments_a_kernel_cannot_take(dev: kiln.Device) -> None:
+    x = kiln.zeros(4, f32, dev)
+    with pytest.raises(kiln.LaunchError, match="args= takes a tuple or list"):
+        kiln.launch(scale, dim=4, args=x)  # type: ignore[arg-type]
+    with pytest.raises(kiln.LaunchError, match="argument 'factor'.*too large for f32"):
+        kiln.launch(scale, dim=4, args=(x, 2**2000, 4))
+    masked = np.ma.masked_array(np.zeros(4, np.float32), mask=[0, 1, 0, 0])
+    with pytest.raises(kiln.LaunchError, match="argument 'x'.*no masked arrays"):
+        kiln.launch(scale, dim=4, args=(masked, 2.0, 4), device=dev)
+
+
+def test_numpy_waits_for_the_stream_it_is_given(dev: kiln.Device, other: kiln.Device) -> None:
+    y, stream = kiln.zeros(4096, f32, dev), kiln.Stream(dev)
+    kiln.launch(converge, dim=4096, args=(y, 4096), stream=stream)
+    assert np.all(finishes(lambda: y.numpy(stream=stream)) == 2.0)
+    with pytest.raises(kiln.DeviceMismatchError):
+        y.numpy(stream=kiln.Stream(other))
+
+
+def test_a_view_goes_to_another_device_as_to_device_takes_it(dev: kiln.Device,
+                                                             other: kiln.Device) -> None:
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    column = kiln.to_device(host, dev)[:, 1]
+    stream = kiln.Stream(other)
+    moved = column.to(other, stream)
+    stream.synchronize()
+    assert moved.device is other
+    np.testing.assert_array_equal(moved.numpy(), host[:, 1])
+    np.testing.assert_array_equal(column.numpy(stream=kiln.Stream(dev)), host[:, 1])
+
+
+@pytest.mark.parametrize(("value", "dtype", "error", "says"), [
+    (2**40, kiln.i32, ValueError, "int32 cannot hold 1099511627776"),
+    (-1, kiln.u32, ValueError, "uint32 cannot hold -1"),
+    (np.nan, kiln.i32, ValueError, "int32 cannot hold nan"),
+    (np.inf, kiln.i32, ValueError, "int32 cannot hold inf"),
+    (2.5, kiln.i32, ValueError, "int32 cannot hold 2.5"),
+    (2**2000, f32, ValueError, "float32 cannot hold an int of 2001 bits"),
+    (1e300, f32, ValueError, "float32 cannot hold 1e"),
+    ("x", f32, TypeError, "filled with a number, got str 'x'"),
+])
+def test_fill_values_the_dtype_cannot_hold_are_refused(dev: kiln.Device, value: Any,
+                                                       dtype: Any, error: type, says: str
+                                                       ) -> None:
+    with pytest.raises(error, match=re.escape(says)):
+        kiln.full(3, value, dtype, dev)
+    with pytest.raises(error, match=re.escape(says)):
+        kiln.partials(3, dtype, [dev], fill=value)
+
+
+def test_fill_values_every_dtype_holds(dev: kiln.Device) -> None:
+    for value, dtype in [(np.inf, f32), (np.nan, f32), (7.0, i32), (True, i32), (-1, i32)]:
+        np.testing.assert_array_equal(kiln.full(3, value, dtype, dev).numpy(),
+                                      np.full(3, value, dtype.dtype))
+
+
+def test_one_device_alone_shards_as_a_list_of_one(dev: kiln.Device) -> None:
+    host = np.arange(6, dtype=np.float32)
+    for devices in (dev, dev.name):
+        np.testing.assert_array_equal(kiln.shard(host, devices).gather(), host)
+    with pytest.raises(TypeError, match="devices is a list"):
+        kiln.shard(host, 3)  # type: ignore[arg-type]
+
+
+def test_parts_of_a_split_device_are_named_as_objects() -> None:
+    whole = kiln.device("cpu") if "cpu" in BACKENDS else None
+    if whole is None:
+        pytest.skip("splitting a device needs the cpu backend (gcc with OpenMP)")
+    part = whole.split(2)[0]
+    with pytest.raises(kiln.DeviceNotFoundError, match="part of a split device"):
+        kiln.Stream(part.name)
+    x = kiln.zeros(4, f32, part)
+    with pytest.raises(kiln.DeviceMismatchError, match=r"kiln.Stream\(part\)") as caught:
+        x.numpy(stream=kiln.Stream(whole))
+    assert f"kiln.Stream({part.name!r})" not in str(caught.value)

@@ -26,6 +26,7 @@ from ..ir.types import (
     ScalarType,
     Type,
     fits,
+    i32,
     is_aggregate,
     literal_type,
 )
@@ -98,6 +99,10 @@ def validate_dims(grid: Dim3, block: Dim3, device: Device) -> None:
         )
 
 
+I32_MAX = i32.range()[1]
+"""The largest extent of a launch's array arguments (kernel dimensions are i32)."""
+
+
 def describe_value(value: Any) -> str:
     if isinstance(value, (DeviceArray, np.ndarray)):
         dt = np.dtype(value.dtype)
@@ -124,9 +129,7 @@ def check_argument(kernel_name: str, pname: str, position: int, expected: Type |
                    value: Any) -> Type:
     """Check one argument against its parameter; return the type to specialise on."""
     where = f"argument '{pname}' (#{position + 1}) of {kernel_name}"
-    if isinstance(value, DeviceArrayView):
-        raise LaunchError(f"{where}: kernels take C-contiguous arrays, and this view cannot "
-                          f"be one: {value.launch_problem}; pass view.copy()")
+    _check_array_form(where, value)
     if expected is not None and is_aggregate(
             expected.elem if isinstance(expected, ArrayType) else expected):
         problem = argument_error(expected, value)
@@ -161,7 +164,33 @@ def check_argument(kernel_name: str, pname: str, position: int, expected: Type |
     if not expected.is_bool and not fits(_python_number(value), expected):
         lo, hi = expected.range()
         raise LaunchError(f"{where}: {value!r} does not fit {expected} (range {lo}..{hi})")
+    if expected.is_float and not _float_fits(value):
+        raise LaunchError(f"{where}: an int of {int(value).bit_length()} bits is too large "
+                          f"for {expected}")
     return expected
+
+
+def _check_array_form(where: str, value: Any) -> None:
+    """Refuse arrays no kernel takes: views that are not one block, masked arrays, and
+    extents kernels cannot index."""
+    if isinstance(value, DeviceArrayView):
+        raise LaunchError(f"{where}: kernels take C-contiguous arrays, and this view cannot "
+                          f"be one: {value.launch_problem}; pass view.copy()")
+    if isinstance(value, np.ma.MaskedArray):
+        raise LaunchError(f"{where}: kernels take no masked arrays (a kernel would ignore "
+                          f"the mask); pass x.filled(value) or x.data")
+    if isinstance(value, (DeviceArray, np.ndarray)) and max(value.shape, default=0) > I32_MAX:
+        raise LaunchError(f"{where}: an array of shape {tuple(value.shape)} has an extent "
+                          f"over {I32_MAX}; kernels index arrays with i32 (split it)")
+
+
+def _float_fits(value: Any) -> bool:
+    """Whether a number converts to a float (an int too large for one does not)."""
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
 
 
 def _python_number(value: Any) -> int | float | bool:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import LaunchError
 from ..framework.backend import PreparesLaunch, supports
-from ..ir.types import ConstexprType, ScalarType, Type
+from ..ir.types import ConstexprType, ScalarType, Type, i32
 from ..runtime.array import DeviceArray
 
 if TYPE_CHECKING:
@@ -86,6 +86,8 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
             scope[f"D{i}"] = value.dtype
             checks.append(f"type({a}) is DA and {a}.device is DEV and {a}.dtype is D{i} "
                           f"and len({a}.shape) == {value.ndim}")
+            # an extent over i32's range takes the full path, which refuses it
+            checks.extend(f"{a}.shape[{k}] <= {i32.range()[1]}" for k in range(value.ndim))
             outs.append(a)
         elif isinstance(value, _SCALAR_TYPES):
             scope[f"T{i}"] = type(value)

@@ -297,6 +297,9 @@ def launch(kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[A
         what = (f"{kernel.name} is a @kiln.func, which kernels call"
                 if isinstance(kernel, DeviceFunction) else f"{kernel!r} is not a kernel")
         raise LaunchError(f"kiln.launch: {what}; launch a @kiln.kernel")
+    if not isinstance(args, (tuple, list)):
+        raise LaunchError(f"launching {kernel.name}: args= takes a tuple or list of the "
+                          f"arguments, got {type(args).__name__} (for one: args=(x,))")
     if dim is None:
         if grid is None or block is None:
             raise LaunchError(f"launching {kernel.name} needs dim=n (one thread per element) "

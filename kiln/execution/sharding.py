@@ -28,12 +28,15 @@ from ..runtime.array import (
     full,
     zeros,
 )
+from ..runtime.device import Device
 from ..runtime.device import device as resolve_device
 from .kernel import launch
 
 if TYPE_CHECKING:
-    from ..runtime.device import Device
     from .kernel import Kernel
+
+Devices = Sequence[Device | str] | Device | str
+"""Devices to spread over: a list of devices or specs, or one alone."""
 
 
 class Placeholder:
@@ -220,7 +223,14 @@ def _row_copy(dst: DeviceArray, at: int, src: DeviceArray, start: int, rows: int
     return lambda: copy_array(target, source)
 
 
-def _devices(devices: Sequence[Device | str]) -> list[Device]:
+def _devices(devices: Devices) -> list[Device]:
+    """The devices to spread over: a list (or tuple) of devices or specs; one device or
+    spec alone is a list of one."""
+    if isinstance(devices, (Device, str)):
+        devices = [devices]
+    if not isinstance(devices, (list, tuple)):
+        raise TypeError(f"devices is a list of kiln.Device or specs such as 'cpu', got "
+                        f"{type(devices).__name__} {devices!r}")
     found = [resolve_device(d) for d in devices]
     if not found:
         raise ValueError("a sharded array needs at least one device")
@@ -229,7 +239,7 @@ def _devices(devices: Sequence[Device | str]) -> list[Device]:
     return found
 
 
-def shard_empty(shape: int | tuple[int, ...], dtype: Any, devices: Sequence[Device | str],
+def shard_empty(shape: int | tuple[int, ...], dtype: Any, devices: Devices,
                 halo: int = 0) -> ShardedArray:
     """A new array of `shape` split over `devices` along its first axis (ghost rows are
     zeros, own rows uninitialised)."""
@@ -254,7 +264,7 @@ def shard_empty(shape: int | tuple[int, ...], dtype: Any, devices: Sequence[Devi
     return ShardedArray(shards, dims, dt)
 
 
-def shard(array: np.ndarray | DeviceArray, devices: Sequence[Device | str], halo: int = 0
+def shard(array: np.ndarray | DeviceArray, devices: Devices, halo: int = 0
           ) -> ShardedArray:
     """`array` split over `devices` along its first axis, with `halo` ghost rows on each
     side of every shard already filled from the neighbours."""
@@ -334,7 +344,7 @@ class Partials:
         raise LookupError(f"no partial result on {device.name}")
 
 
-def partials(shape: int | tuple[int, ...], dtype: Any, devices: Sequence[Device | str],
+def partials(shape: int | tuple[int, ...], dtype: Any, devices: Devices,
              fill: Any = 0) -> Partials:
     """A `shape` array filled with `fill` on each of `devices` (see `Partials`): the
     identity of the combining operation (0 for a sum, -inf or the type's lowest value for a

@@ -161,6 +161,18 @@ class Queue(ABC):
         same device. A backend without a device-side wait has the host wait instead."""
         self.synchronize_event(event)
 
+    def keep_dropped(self, stream: Any) -> Any | None:
+        """What the device keeps of a dropped stream until its next synchronisation, which
+        passes it to `synchronize_stream`: the stream itself by default; None where
+        `synchronize_device` waits for the work of dropped streams anyway."""
+        return stream
+
+    def stream_idle(self, stream: Any) -> bool:
+        """Whether the work queued on `stream` is done and has no failure to report,
+        without waiting; False where the backend cannot tell (a dropped stream is then
+        kept until the device's next synchronisation)."""
+        return False
+
     def synchronize_device(self, device: Device) -> None:
         """Wait for every stream of the device (a backend may do this more directly)."""
         for stream in list(device.streams):

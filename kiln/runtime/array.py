@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import CopyError
+from ..errors import CopyError, OutOfMemoryError
 from ..framework.backend import (
     CudaArrayInterop,
     DLPackInterop,
@@ -113,9 +113,10 @@ class DeviceArray:
         stream.synchronize()
         return out
 
-    def numpy(self) -> np.ndarray:
-        """A NumPy copy of the contents, after all queued work on the default stream."""
-        return self.copy_to_host()
+    def numpy(self, stream: Stream | None = None) -> np.ndarray:
+        """A NumPy copy of the contents, after the work queued on `stream` (a stream of
+        this device; by default its default stream)."""
+        return self.copy_to_host(stream=stream)
 
     def copy(self) -> DeviceArray:
         """A new C-contiguous device array with this one's contents."""
@@ -258,7 +259,12 @@ def empty(shape: int | tuple[int, ...], dtype: Any = np.float32,
     dims, dt = _layout(shape, dtype)
     dev = resolve_device(device)
     nbytes = math.prod(dims) * dt.itemsize
-    return DeviceArray(dev, dims, dt, dev.backend.allocator.allocate(dev, nbytes))
+    try:
+        buffer = dev.backend.allocator.allocate(dev, nbytes)
+    except MemoryError as exc:
+        raise OutOfMemoryError(f"{dev.name} cannot allocate {nbytes} bytes for an array "
+                               f"of shape {dims} {dt.name}: {exc or 'out of memory'}") from None
+    return DeviceArray(dev, dims, dt, buffer)
 
 
 def to_device(array: Any, device: Device | str | None = None,
@@ -332,9 +338,47 @@ def stage_host(array: np.ndarray, device: Device, stream: Stream | None = None) 
 def full(shape: int | tuple[int, ...], value: Any, dtype: Any = np.float32,
          device: Device | str | None = None) -> DeviceArray:
     dims, dt = _layout(shape, dtype)
+    _check_fill(value, dt)
     dev = resolve_device(device)
     # a fresh array: sharing it is safe; elsewhere the copy is queued on the default stream
     return stage_host(np.full(dims, value, dt), dev, dev.default_stream)
+
+
+def _shown(value: Any) -> str:
+    """`value` for a message: a huge int by its size, not its thousand digits."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"an int of {int(value).bit_length()} bits"
+
+
+def _check_fill(value: Any, dt: np.dtype) -> None:
+    """Refuse a scalar fill value a number dtype cannot hold (NumPy would wrap it, raise
+    a raw error, or turn NaN into an integer): not a number, NaN, an infinity or a fraction
+    for an integer dtype, out of the dtype's range."""
+    if dt.kind not in "biuf" or isinstance(value, (tuple, list, np.ndarray)):
+        return  # records, vectors and arrays: NumPy's broadcasting rules
+    if not isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+        raise TypeError(f"a {dt.name} array is filled with a number, got "
+                        f"{type(value).__name__} {value!r}")
+    if dt.kind == "b":
+        return
+    if dt.kind in "iu":
+        if isinstance(value, (float, np.floating)) and not float(value).is_integer():
+            raise ValueError(f"{dt.name} cannot hold {value!r}: fill an integer array with "
+                             "an integer")
+        info = np.iinfo(dt)
+        if not info.min <= int(value) <= info.max:
+            raise ValueError(f"{dt.name} cannot hold {_shown(value)} "
+                             f"(range {info.min}..{info.max})")
+        return
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        return  # NaN and the infinities are values of every float dtype
+    try:
+        magnitude = abs(float(value))
+    except OverflowError:  # an int too large for any float
+        magnitude = math.inf
+    if magnitude > float(np.finfo(dt).max):
+        raise ValueError(f"{dt.name} cannot hold {_shown(value)} (its largest value is "
+                         f"{np.finfo(dt).max})")
 
 
 def zeros(shape: int | tuple[int, ...], dtype: Any = np.float32,
@@ -403,6 +447,11 @@ class DeviceArrayView(DeviceArray):
 
     def copy(self) -> DeviceArray:
         return to_device(self.numpy(), self.device)
+
+    def to(self, device: Device | str, stream: Stream | None = None) -> DeviceArray:
+        """As `kiln.to_device(view, device, stream)`: through the host (a view that is not
+        one block of memory has no device-to-device copy)."""
+        return to_device(self, device, stream)
 
     def copy_from_host(self, src: np.ndarray, stream: Stream | None = None) -> None:
         raise ValueError(f"this view cannot be written from the host ({self.launch_problem}); "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,10 @@ class Device:
         self.part = part
         self._default_stream: Stream | None = None
         self.streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+        # dropped streams' handles and checks, appended by finalizers (which take no lock:
+        # a collection may run one while this thread holds it)
+        self._dropped: deque[tuple[Any | None, dict[int, StatusWatch]]] = deque()
+        self._dropped_lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -73,9 +78,50 @@ class Device:
         return self._default_stream
 
     def synchronize(self) -> None:
-        """Wait for all work queued on this device (and raise a failed run-time check)."""
-        settle(lambda: self.backend.queue.synchronize_device(self),
-               lambda: [watch for stream in list(self.streams) for watch in stream.take_pending()])
+        """Wait for all work queued on this device, on dropped streams too (and raise a
+        failed run-time check)."""
+        with self._dropped_lock:
+            dropped = self._take_dropped()
+        queue = self.backend.queue
+
+        def wait() -> None:
+            failures = []
+            for handle in [h for h, _ in dropped if h is not None]:
+                try:
+                    queue.synchronize_stream(handle)
+                except Exception as exc:
+                    failures.append(exc)
+            queue.synchronize_device(self)
+            if failures:
+                raise failures[0]
+
+        settle(wait, lambda: [w for stream in list(self.streams) for w in stream.take_pending()]
+               + [w for _, pending in dropped for w in take_pending(pending)])
+
+    def adopt(self, handle: Any, pending: dict[int, StatusWatch]) -> None:
+        """Keep what the backend needs of a dropped stream (and its launches' run-time
+        checks) until `synchronize` waits for it: its queued work still runs, and the
+        device's synchronisation covers it. Called by the stream's finalizer."""
+        kept = self.backend.queue.keep_dropped(handle)
+        if kept is not None or pending:
+            self._dropped.append((kept, pending))
+
+    def let_go_of_idle(self) -> None:
+        """Let go of the dropped streams the backend knows are done, with no check to
+        report (each new stream does this, so dropping streams costs nothing)."""
+        if not self._dropped:
+            return
+        queue = self.backend.queue
+        with self._dropped_lock:
+            self._dropped.extend([(h, p) for h, p in self._take_dropped()
+                                  if p or (h is not None and not queue.stream_idle(h))])
+
+    def _take_dropped(self) -> list[tuple[Any | None, dict[int, StatusWatch]]]:
+        """Every dropped stream kept, removed (the caller holds the lock)."""
+        taken = []
+        while self._dropped:
+            taken.append(self._dropped.popleft())
+        return taken
 
 
 class Stream:
@@ -84,8 +130,10 @@ class Stream:
     def __init__(self, device: Device | str | None = None) -> None:
         self.device = _resolve(device)
         self.handle = self.device.backend.queue.create_stream(self.device)
+        self.device.let_go_of_idle()
         self.device.streams.add(self)
         self.pending: dict[int, StatusWatch] = {}  # launches with run-time checks
+        weakref.finalize(self, self.device.adopt, self.handle, self.pending).atexit = False
 
     def synchronize(self) -> None:
         """Wait for the work queued on this stream (and raise a failed run-time check)."""
@@ -108,16 +156,8 @@ class Stream:
             self.device.backend.queue.wait_event(self.handle, event.handle)
 
     def take_pending(self) -> list[StatusWatch]:
-        """The run-time checks of the launches since the last synchronisation (removed,
-        one at a time: a check another thread arms meanwhile is taken now or left whole for
-        the next synchronisation, never dropped)."""
-        watches = []
-        while self.pending:
-            try:
-                watches.append(self.pending.popitem()[1])
-            except KeyError:  # another thread took the last one
-                break
-        return watches
+        """The run-time checks of the launches since the last synchronisation."""
+        return take_pending(self.pending)
 
     def __repr__(self) -> str:
         return f"<kiln.Stream on {self.device.name}>"
@@ -184,6 +224,19 @@ class Event:
         return f"<kiln.Event on {self.device.name}, {state}>"
 
 
+def take_pending(pending: dict[int, StatusWatch]) -> list[StatusWatch]:
+    """The run-time checks in `pending` (removed, one at a time: a check another thread
+    arms meanwhile is taken now or left whole for the next synchronisation, never
+    dropped)."""
+    watches = []
+    while pending:
+        try:
+            watches.append(pending.popitem()[1])
+        except KeyError:  # another thread took the last one
+            break
+    return watches
+
+
 def stream_on(device: Device, stream: Stream | None, doing: str) -> Stream:
     """The stream that work `doing` something on `device` is queued on: `stream`, which
     must be one of `device`'s (a stream orders only its own device's work, and a backend
@@ -194,8 +247,16 @@ def stream_on(device: Device, stream: Stream | None, doing: str) -> Stream:
     if stream.device is not device:
         raise DeviceMismatchError(
             f"{doing}: the stream is on {stream.device.name}, not {device.name}; pass a "
-            f"stream of {device.name} (kiln.Stream({device.name!r})) or none for its default")
+            f"stream of {device.name} ({_stream_call(device)}) or none for its default")
     return stream
+
+
+def _stream_call(device: Device) -> str:
+    """How to make a stream of `device`: by spec, or for a part of a split device (which
+    no spec names) from the Device itself."""
+    if device.part is None:
+        return f"kiln.Stream({device.name!r})"
+    return f"kiln.Stream(part), with part the {device.name} Device that split() returned"
 
 
 def as_stream(stream: Any, doing: str) -> Stream | None:
@@ -250,6 +311,9 @@ def device(spec: str | Device | None = None) -> Device:
         raise DeviceNotFoundError(f"backend {name!r} has no devices")
     if not index:
         return devs[0]
+    if "." in index:
+        raise DeviceNotFoundError(f"{spec!r} names a part of a split device, which only "
+                                  f"its kiln.Device object (from split()) stands for")
     if not index.isdigit() or int(index) >= len(devs):
         raise DeviceNotFoundError(f"{spec!r}: backend {name!r} has devices 0..{len(devs) - 1}")
     return devs[int(index)]

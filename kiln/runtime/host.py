@@ -10,6 +10,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -50,17 +51,10 @@ class HostStream:
     def raise_failed(self, among: list[BaseException] | None = None) -> None:
         """Raise the first failure not raised yet (of `among`, when given: those before an
         event); it and the ones before it are then reported and never raised again."""
-        errors = self._worker.errors
-        with self._worker.lock:
-            found = [e for e in errors if among is None or any(e is a for a in among)]
-            if not found:
-                return
-            del errors[:errors.index(found[-1]) + 1]
-        raise found[0]
+        self._worker.raise_failed(among)
 
     def synchronize(self) -> None:
-        self._worker.drain()
-        self.raise_failed()
+        self._worker.synchronize()
 
 
 class Worker:
@@ -96,6 +90,19 @@ class Worker:
         with self.lock:
             while self.pending:
                 self.lock.wait()
+
+    def raise_failed(self, among: list[BaseException] | None = None) -> None:
+        """`HostStream.raise_failed`."""
+        with self.lock:
+            found = [e for e in self.errors if among is None or any(e is a for a in among)]
+            if not found:
+                return
+            del self.errors[:self.errors.index(found[-1]) + 1]
+        raise found[0]
+
+    def synchronize(self) -> None:
+        self.drain()
+        self.raise_failed()
 
 
 class Stamp:
@@ -212,13 +219,29 @@ class HostAllocator(Allocator):
 
 
 class HostQueue(Queue):
-    """Streams of a host device: each a `HostStream` worker thread; events are stamps."""
+    """Streams of a host device: each a `HostStream` worker thread; events are stamps.
+    The queue knows each device's workers while their threads run, so a device's
+    synchronisation waits for the work of its dropped streams too."""
+
+    def __init__(self) -> None:
+        self._workers: weakref.WeakKeyDictionary[Device, weakref.WeakSet[Worker]] = \
+            weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
 
     def create_stream(self, device: Device) -> HostStream:
-        return HostStream(f"kiln-{device.name}")
+        return self.track(device, HostStream(f"kiln-{device.name}"))
+
+    def track(self, device: Device, stream: HostStream) -> HostStream:
+        """`stream`, its worker counted among `device`'s."""
+        with self._lock:
+            self._workers.setdefault(device, weakref.WeakSet()).add(stream._worker)
+        return stream
 
     def synchronize_stream(self, stream: HostStream) -> None:
         stream.synchronize()
+
+    def keep_dropped(self, stream: HostStream) -> None:
+        return None  # its worker runs on, and synchronize_device finds it
 
     def create_event(self, device: Device) -> HostEvent:
         return HostEvent()
@@ -229,10 +252,12 @@ class HostQueue(Queue):
     def synchronize_device(self, device: Device) -> None:
         """Every stream waited for, then the first failure raised: a failure of one stream
         never waits behind another's for a later synchronisation."""
+        with self._lock:
+            workers = list(self._workers.get(device, ()))
         failures = []
-        for stream in list(device.streams):
+        for worker in workers:
             try:
-                stream.handle.synchronize()
+                worker.synchronize()
             except Exception as exc:
                 failures.append(exc)
         if failures:

@@ -107,7 +107,7 @@ class CpuQueue(HostQueue):
         """A part of a split device runs on its share of the threads; the whole device on
         KILN_NUM_THREADS or every core, read at each launch."""
         threads = device.handle if device.part is not None else None
-        return HostStream(f"kiln-{device.name}", threads=threads)
+        return self.track(device, HostStream(f"kiln-{device.name}", threads=threads))
 
 
 def build_env(options: KernelOptions = DEFAULT_OPTIONS) -> BuildEnv:

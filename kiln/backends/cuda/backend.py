@@ -270,6 +270,9 @@ class CudaQueue(Queue):
         return float(check(api().cuEventElapsedTime(start.event, end.event),
                            "cuEventElapsedTime"))
 
+    def keep_dropped(self, stream: StreamHandle) -> None:
+        return None  # a destroyed stream's work still runs, and cuCtxSynchronize waits for it
+
     def synchronize_device(self, device: Device) -> None:
         device.handle.activate()
         check(api().cuCtxSynchronize(), "cuCtxSynchronize")

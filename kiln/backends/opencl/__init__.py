@@ -87,6 +87,9 @@ class OpenCLQueue(Queue):
     def synchronize_stream(self, stream: Any) -> None:
         stream.finish()
 
+    def stream_idle(self, stream: Any) -> bool:
+        return runtime.idle(stream)
+
     def create_event(self, device: Device) -> runtime.CLEvent:
         return runtime.CLEvent()
 

@@ -156,11 +156,21 @@ def capabilities(handle: CLDevice) -> Capabilities:
 
 
 def allocate(handle: CLDevice, nbytes: int) -> cl.Buffer:
+    """A buffer of `nbytes`; MemoryError where the device cannot make one that large."""
     cl = import_pyopencl()
+    limit = int(handle.device.max_mem_alloc_size)
+    if nbytes > limit:
+        raise MemoryError(f"its largest buffer is {limit} bytes")
     flags = cl.mem_flags.READ_WRITE
     if handle.zero_copy:
         flags |= cl.mem_flags.ALLOC_HOST_PTR
-    return cl.Buffer(handle.context, flags, size=max(nbytes, 1))
+    try:
+        return cl.Buffer(handle.context, flags, size=max(nbytes, 1))
+    except cl.Error as exc:
+        if exc.code in (cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
+                        cl.status_code.OUT_OF_RESOURCES, cl.status_code.OUT_OF_HOST_MEMORY):
+            raise MemoryError(str(exc)) from None
+        raise
 
 
 def wrap_host(handle: CLDevice, array: np.ndarray) -> cl.Buffer | None:
@@ -235,6 +245,15 @@ def done(event: CLEvent) -> bool:
         return True
     status = event.marker.command_execution_status
     return bool(status == import_pyopencl().command_execution_status.COMPLETE)
+
+
+def idle(queue: cl.CommandQueue) -> bool:
+    """Whether the commands enqueued on `queue` are done, without waiting (a marker after
+    them has completed)."""
+    event = CLEvent()
+    record(event, queue)
+    queue.flush()
+    return done(event)
 
 
 def wait_on_queue(queue: cl.CommandQueue, event: CLEvent) -> None:
