@@ -39,7 +39,11 @@ class Buffer:
         ptr = 0
         if nbytes > 0:
             context.activate()
-            ptr = int(check(api().cuMemAllocAsync(nbytes, LEGACY_STREAM), "cuMemAllocAsync"))
+            drv = api()
+            result = drv.cuMemAllocAsync(nbytes, LEGACY_STREAM)
+            if result[0] == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+                raise MemoryError("CUDA_ERROR_OUT_OF_MEMORY")  # kiln.empty names the size
+            ptr = int(check(result, "cuMemAllocAsync"))
         return cls(ptr, nbytes, context)
 
     def __del__(self) -> None:
