@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .driver import Context, api, check, error_name
+from .driver import Context, api, check
 
 LEGACY_STREAM = 0
 STAGING_MIN_BYTES = 1 << 16
@@ -39,9 +39,10 @@ class Buffer:
         ptr = 0
         if nbytes > 0:
             context.activate()
-            result = api().cuMemAllocAsync(nbytes, LEGACY_STREAM)
-            if result[0] == api().CUresult.CUDA_ERROR_OUT_OF_MEMORY:
-                raise MemoryError(error_name(result[0]))  # kiln.empty names the size
+            drv = api()
+            result = drv.cuMemAllocAsync(nbytes, LEGACY_STREAM)
+            if result[0] == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+                raise MemoryError("CUDA_ERROR_OUT_OF_MEMORY")  # kiln.empty names the size
             ptr = int(check(result, "cuMemAllocAsync"))
         return cls(ptr, nbytes, context)
 
