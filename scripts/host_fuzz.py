@@ -9,8 +9,9 @@ launches and threads on every available backend, checked against a NumPy model.
 Runs batches of `--examples` programs of up to `--steps` steps until `--minutes` pass;
 prints each failure (hypothesis's falsifying program, with a @reproduce_failure blob),
 then the counts of programs, rules run and refusals checked. Exits 1 when anything
-failed. `--skip-known` looks past the defects being fixed elsewhere (KNOWN_DEFECTS in the
-test). Record long runs in docs/fuzzing.md.
+failed. `--skip-known` looks past the defects the machine names (KNOWN_DEFECTS in the
+test, all fixed), to hunt for others while a regression of one is mended. Record long
+runs in docs/fuzzing.md.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def main() -> int:
     parser.add_argument("--backends", default=None,
                         help="comma-separated (default: every available one)")
     parser.add_argument("--skip-known", action="store_true",
-                        help="do not check the known defects being fixed elsewhere")
+                        help="do not check the known defects (all fixed; to hunt past a regression)")
     parser.add_argument("--shrink", action="store_true", help="shrink failures (slow)")
     args = parser.parse_args()
     if args.skip_known:
