@@ -86,6 +86,19 @@ def step_particles(ps: Particle[:], energy: f32[:], gravity: Vec2, dt: f32, n: i
             ps[i] = Particle(Vec2(-1.0, -2.0), kiln.f32x2(3.0, 4.0), mass=5.0)
 
 
+@kiln.func
+def nudged(p: Particle, dx: f32) -> Vec2:
+    return Vec2(p.pos.x + dx, p.pos.y)
+
+
+@kiln.kernel
+def nudge_particles(ps: Particle[:], dx: f32, n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        ps[i].pos = nudged(ps[i], dx)  # a field of an element written from a record call
+        ps[i].mass = nudged(ps[i], dx).x  # and from a field of one
+
+
 @kiln.kernel
 def copy_mixed(src: Mixed[:], dst: Mixed[:], n: i32):
     i = kiln.global_id(0)
@@ -224,6 +237,19 @@ def records(device: kiln.Device) -> None:
     assert_close(ps["pos"]["x"], expected["pos"]["x"], "particle pos.x")
     assert_close(ps["pos"]["y"], expected["pos"]["y"], "particle pos.y")
     assert_close(energy, after - before, "energy change", rtol=1e-4, atol=1e-5)
+
+
+@case()
+def record_fields_from_calls(device: kiln.Device) -> None:
+    """Records: a field of an array element written from a function returning a record"""
+    n = 100
+    ps: np.ndarray = np.zeros(n, Particle.dtype)
+    ps["pos"]["x"], ps["pos"]["y"] = np.arange(n), -np.arange(n)
+    x, y = ps["pos"]["x"].copy(), ps["pos"]["y"].copy()
+    run(device, nudge_particles, blocks(n, BLOCK), BLOCK, ps, np.float32(0.5), n)
+    assert_equal(ps["pos"]["x"], x + np.float32(0.5), "pos.x written from a call")
+    assert_equal(ps["pos"]["y"], y, "pos.y written from a call")
+    assert_equal(ps["mass"], x + np.float32(1.0), "mass written from a call's field")
 
 
 @case(requires=(FP64,))

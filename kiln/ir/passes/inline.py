@@ -139,6 +139,19 @@ class _Inliner(Visitor[Any]):
         s.value, *s.indices = self.operands([s.value, *s.indices], pre)
         return [*pre, s]
 
+    def visit_SetField(self, s: ir.SetField) -> list[ir.Stmt]:
+        """`place.name = value`: the value, then the indices of an array element it writes
+        (as a store); the place stays a place, never a temporary copy of it."""
+        pre = self.pre
+        place = s.target
+        while isinstance(place, ir.Field):
+            place = place.value
+        if isinstance(place, ir.Load):
+            s.value, *place.indices = self.operands([s.value, *place.indices], pre)
+        else:
+            s.value = self.lower(s.value, pre)
+        return [*pre, s]
+
     def visit_While(self, s: ir.While) -> list[ir.Stmt]:
         cond = s.cond
         if not self.has_call(cond):
