@@ -65,6 +65,7 @@ KNOWN_DEFECTS = {
 
 FOUND_DEFECTS = {
     "serial-debug": "debug=True kernels on the serial backend do not check bounds",
+    "debug-failed-write": "a failed debug=True store going on with index 0, past an empty view",
 }
 """Defects this machine found (docs/fuzzing.md), fixed since; checked, and skipped with the
 known ones."""
@@ -865,28 +866,26 @@ class HostMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.handles)
     @rule(data=st.data())
     def launch_out_of_bounds(self, data: st.DataObject) -> None:
-        """A debug kernel indexing past its array (or view) raises IndexOutOfBoundsError at
-        the next synchronisation, writes nothing else than what docs/language.md says (on
-        compiled backends the failing store goes on with index 0), and leaves later work
-        unharmed."""
+        """A debug kernel indexing past its array (or a view, empty ones included) raises
+        IndexOutOfBoundsError at the next synchronisation, writes nothing (a failed write
+        does not happen: docs/language.md), and leaves later work unharmed."""
         handle = self.handle(data, lambda h: h.contiguous and h.array.dtype == np.float32
                              and h.array.ndim == 1)
         if handle is None:
             return
         array, root = handle.array, handle.root
-        backend = root.device.backend.name
         n = array.size
-        segment = data.draw(st.booleans(), label="a view in the kernel") and n > 1
-        defect = "debug-view-bounds" if segment else None
-        if defect and not known(defect):
+        segment = data.draw(st.booleans(), label="a view in the kernel")
+        defect = "debug-view-bounds" if segment else "debug-failed-write"
+        if not known(defect):
             return
         stream = root.device.default_stream
         self.touch([root], stream, data)
         COUNTS["launch out of bounds"] += 1
-        if segment:  # x[lo:hi][at] with lo + at still inside x
-            lo = data.draw(st.integers(0, n - 2), label="lo")
-            hi = data.draw(st.integers(lo + 1, n - 1), label="hi")
-            at = data.draw(st.integers(hi - lo, n - 1 - lo), label="at")
+        if segment:  # x[lo:hi][at], past the view's end (and maybe past x's)
+            lo = data.draw(st.integers(0, n), label="lo")
+            hi = data.draw(st.integers(lo, n), label="hi")
+            at = hi - lo + data.draw(st.integers(0, 3), label="past the view's end")
             what = f"poke_segment({handle.label}, {lo}:{hi}, {at})"
 
             def run() -> None:
@@ -902,11 +901,7 @@ class HostMachine(RuleBasedStateMachine):
 
         assert_refused(run, "out of bounds|outside", what, defect)
         self.forget(stream)  # the synchronize (that raised) waited for it
-        if n and (segment or backend != "interp"):  # the failing store goes on with index 0
-            # (docs/language.md); only the interp's own array checks drop it
-            handle.model[lo if segment else 0] = 99.0
-            handle.defined[lo if segment else 0] = True
-        self.read(handle, data)  # nothing else written, and the stream works again
+        self.read(handle, data)  # nothing written, and the stream works again
 
     # -- streams and events -----------------------------------------------------------------
 

@@ -3,8 +3,8 @@
 Every index of an array load, store or atomic goes through a checker function of its type:
 `kiln_check_index_i32(index, dim, code)` returns the index when `0 <= index < dim`;
 otherwise it records the failure in the status array (the first failing thread claims it
-with a compare-and-swap, then writes the index and its thread and block) and returns 0, so
-the access stays inside the array. The launch's next synchronisation raises
+with a compare-and-swap, then writes the index and its thread and block) and returns an
+index that keeps the access harmless (below). The launch's next synchronisation raises
 `IndexOutOfBoundsError` naming the kernel, the array, the index, the thread and the line
 (`kiln.runtime.status`). The last index of a wide access (`kiln.load(f32x4, a, i)`,
 `kiln.store`) has a checker of its own (`kiln_check_wide4_*`) for all its elements, which
@@ -17,6 +17,13 @@ own extent; those become calls of checkers of their own (`kiln_check_view_*`, an
 `kiln_check_bound_*` for a slice's bounds, which may equal the extent). The interp checks
 every array access itself (`Backend.checks_bounds`) and gets only the views' and the
 wide accesses' checks (`arrays=False`).
+
+A failed access does not happen: its array's checker returns -1, a view's or a slice
+bound's the most negative index (so that the array index made from it is below 0 too),
+and the access runs only where every index is at least 0. A store's indices (and those of
+an element a `SetField` writes) are evaluated into locals first; a load or an atomic goes
+through a function of its own (`kiln_guarded_load`, `kiln_guarded_atomic_add`, ...) that
+gives a zero of its type without touching the array.
 """
 
 from __future__ import annotations
@@ -27,8 +34,19 @@ from collections.abc import Callable
 from ...errors import IndexOutOfBoundsError
 from .. import nodes as ir
 from ..ranges import Ranges
-from ..types import ArrayType, ScalarType, Type, VectorType, bool_, i32, i64, u64
-from ..visit import Transformer
+from ..types import (
+    ArrayType,
+    ScalarType,
+    StructType,
+    Type,
+    VariantType,
+    VectorType,
+    bool_,
+    i32,
+    i64,
+    u64,
+)
+from ..visit import Transformer, walk
 from .common import all_functions, clone_program
 from .status import STATUS_TYPE, Status, fresh
 
@@ -43,12 +61,13 @@ def check_bounds(program: ir.Program, arrays: bool = True) -> ir.Program:
     status = Status(program)
     taken = {f.name for f in all_functions(program)}
     checkers: dict[tuple[ScalarType, str, int], ir.Function] = {}
+    guards: dict[tuple[str, tuple[Type, ...]], ir.Function] = {}
     kernel = program.kernel.name
     for func in all_functions(program):
-        _Checked(func, status, checkers, taken, kernel, arrays).transform_body_of(func)
+        _Checked(func, status, checkers, guards, taken, kernel, arrays).transform_body_of(func)
     if not checkers:  # nothing to check: no status array to pass
         return program
-    program.functions[:0] = checkers.values()
+    program.functions[:0] = [*checkers.values(), *guards.values()]
     status.reporters |= {f.name for f in checkers.values()}
     status.thread()
     return program
@@ -56,12 +75,14 @@ def check_bounds(program: ir.Program, arrays: bool = True) -> ir.Program:
 
 class _Checked(Transformer):
     def __init__(self, func: ir.Function, status: Status,
-                 checkers: dict[tuple[ScalarType, str, int], ir.Function], taken: set[str],
+                 checkers: dict[tuple[ScalarType, str, int], ir.Function],
+                 guards: dict[tuple[str, tuple[Type, ...]], ir.Function], taken: set[str],
                  kernel: str, arrays: bool) -> None:
-        self.func, self.status, self.checkers = func, status, checkers
+        self.func, self.status, self.checkers, self.guards = func, status, checkers, guards
         self.taken, self.kernel, self.arrays = taken, kernel, arrays
         self.ranges = Ranges(func)
         self.written: set[int] = set()  # ids of the elements a `SetField` writes
+        self.names = {*func.locals, *(p.name for p in func.params)}
 
     def transform_body_of(self, func: ir.Function) -> None:
         func.body = self.transform_body(func.body)
@@ -79,17 +100,50 @@ class _Checked(Transformer):
         return self.check(e.value, extent, e.message, "bound" if e.bound else "view", e.loc)
 
     def visit_Load(self, e: ir.Load) -> ir.Expr:
-        verb = "wrote" if id(e) in self.written else "read"
-        e.indices = self.checked(e.array, e.indices, verb, e.loc, _width(e.array, e.type))
-        return e
+        """A checked read through `kiln_guarded_load`; an element a `SetField` writes is
+        guarded there (`visit_SetField`)."""
+        written = id(e) in self.written
+        e.indices = self.checked(e.array, e.indices, "wrote" if written else "read", e.loc,
+                                 _width(e.array, e.type))
+        if written or not any(map(self.has_check, e.indices)):
+            return e
+        ndim = len(e.indices)
+        return ir.Call(e.type, self.guard(
+            "load", [e.array, *e.indices], ndim,
+            lambda args: ir.Load(e.type, args[0], args[1:]), _zero(e.type)).name,  # type: ignore[arg-type]
+            [e.array, *e.indices], loc=e.loc)
 
-    def visit_Store(self, s: ir.Store) -> ir.Stmt:
+    def visit_SetField(self, s: ir.SetField) -> ir.Stmt | list[ir.Stmt]:
+        place = s.target
+        while isinstance(place, ir.Field):
+            place = place.value
+        if not isinstance(place, ir.Load) or not any(map(self.has_check, place.indices)):
+            return s
+        held = self.held(place.indices, s.loc)
+        place.indices = [ir.Var(i.type, a.target) for i, a in zip(place.indices, held)]
+        return [*held, ir.If(_all_at_least_0(place.indices), [s])]
+
+    def held(self, indices: list[ir.Expr], loc: ir.Loc | None) -> list[ir.Assign]:
+        """Assignments of `indices` to fresh locals: a write evaluates them before the
+        guard that reads them."""
+        out = []
+        for index in indices:
+            name = fresh("kiln_at", self.names)
+            self.func.locals[name] = index.type
+            out.append(ir.Assign(name, index, loc=loc))
+        return out
+
+    def visit_Store(self, s: ir.Store) -> ir.Stmt | list[ir.Stmt]:
         s.indices = self.checked(s.array, s.indices, "wrote", s.loc,
                                  _width(s.array, s.value.type))
-        return s
+        if not any(map(self.has_check, s.indices)):
+            return s
+        held = self.held(s.indices, s.loc)
+        s.indices = [ir.Var(i.type, a.target) for i, a in zip(s.indices, held)]
+        return [*held, ir.If(_all_at_least_0(s.indices), [s])]
 
     def visit_IntrinsicCall(self, e: ir.IntrinsicCall) -> ir.Expr:
-        if self.arrays and e.name.startswith("atomic_") and e.args \
+        if e.name.startswith("atomic_") and e.args \
                 and isinstance(e.args[0], ir.Var) and isinstance(e.args[0].type, ArrayType) \
                 and e.args[0].name != self.status.name:
             array = e.args[0]
@@ -97,7 +151,33 @@ class _Checked(Transformer):
             ndim = array.type.ndim
             indices = self.checked(array, e.args[1:1 + ndim], "updated", e.loc)
             e.args = [array, *indices, *e.args[1 + ndim:]]
+            if any(map(self.has_check, indices)):
+                name = e.name
+                guard = self.guard(name, e.args, ndim,
+                                   lambda args: ir.IntrinsicCall(e.type, name, args),
+                                   _zero(e.type))
+                return ir.Call(e.type, guard.name, e.args, loc=e.loc)
         return e
+
+    def has_check(self, index: ir.Expr) -> bool:
+        checkers = {f.name for f in self.checkers.values()}
+        return any(isinstance(n, ir.Call) and n.func in checkers for n in walk(index))
+
+    def guard(self, what: str, args: list[ir.Expr], ndim: int,
+              access: Callable[[list[ir.Expr]], ir.Expr], zero: ir.Expr) -> ir.Function:
+        """`kiln_guarded_<what>(array, index..., value...)`: the `access` of the array where
+        every index is at least 0, else `zero` without touching the array."""
+        types = tuple(a.type for a in args)
+        found = self.guards.get((what, types))
+        if found is None:
+            params = [ir.Param(f"arg{k}", t) for k, t in enumerate(types)]
+            values: list[ir.Expr] = [ir.Var(p.type, p.name) for p in params]
+            body: list[ir.Stmt] = [
+                ir.If(_all_at_least_0(values[1:1 + ndim]), [ir.Return(access(values))]),
+                ir.Return(zero)]
+            found = self.guards[what, types] = ir.Function(
+                fresh(f"kiln_guarded_{what}", self.taken), params, zero.type, body, {})
+        return found
 
     def checked(self, array: ir.Var, indices: list[ir.Expr], verb: str,
                 loc: ir.Loc | None, width: int = 1) -> list[ir.Expr]:
@@ -156,6 +236,24 @@ def _within(bounds: tuple[int, int], extent: int) -> bool:
     return bounds[0] >= 0 and bounds[1] < extent
 
 
+def _zero(t: Type) -> ir.Expr:
+    """A zero of an element's type (what a failed load gives): a variant's holds its first
+    case."""
+    if isinstance(t, ScalarType):
+        return ir.Const(t, False if t == bool_ else 0.0 if t.is_float else 0)
+    if isinstance(t, VectorType):
+        return ir.Construct(t, [_zero(t.elem)])
+    if isinstance(t, StructType):
+        return ir.Construct(t, [_zero(f) for _, f in t.fields])
+    assert isinstance(t, VariantType), t
+    return ir.Cast(t, _zero(t.cases[0]))
+
+
+def _all_at_least_0(indices: list[ir.Expr]) -> ir.Expr:
+    tests: list[ir.Expr] = [ir.Compare(bool_, ">=", i, ir.Const(i.type, 0)) for i in indices]
+    return tests[0] if len(tests) == 1 else ir.BoolOp(bool_, "and", tests)
+
+
 def index_message(verb: str, name: str, axis: int, ndim: int, place: str = "{index}") -> str:
     """What a failed check says after the thread: "read `a[{index}]`, outside its
     {extent} elements", "wrote `m[:, {index}]`, outside its shape (axis 1 has {extent}
@@ -174,8 +272,10 @@ def outside(axis: int, ndim: int, extent: int | str) -> str:
 
 
 def _checker(name: str, t: ScalarType, kind: str, status: Status, width: int) -> ir.Function:
-    """`name(index, dim, code)`: the index when in range, else 0 after reporting `code`.
-    In range: `0 <= index < dim` for an array's or a view's index (kind "index", "view"),
+    """`name(index, dim, code)`: the index when in range, else, after reporting `code`, -1
+    for an array's index, the most negative index for a view's index or a slice's bound
+    (whatever is added to it stays below 0). In
+    range: `0 <= index < dim` for an array's or a view's index (kind "index", "view"),
     `0 <= index <= dim` for a slice's bound ("bound"), elements `width * index` to
     `width * index + width - 1` all inside `dim` for a wide access ("wide", which reports
     the first element outside, as the interp does); a view's or a slice's `dim` below 0
@@ -204,13 +304,18 @@ def _checker(name: str, t: ScalarType, kind: str, status: Status, width: int) ->
     report: list[ir.Stmt] = [ir.Store(array, [ir.Const(i32, k + 1)], w)
                              for k, w in enumerate(words)]
     body: list[ir.Stmt] = [
-        ir.If(outside, [ir.If(claimed, report), ir.Return(ir.Const(t, 0))]),
+        ir.If(outside, [ir.If(claimed, report), ir.Return(ir.Const(t, _failed(t, kind)))]),
         ir.Return(index)]
     if kind in ("view", "bound"):
         empty = ir.Compare(bool_, "<", dim, ir.Const(i32, 0))
         body.insert(0, ir.Assign("dim", ir.Select(i32, empty, ir.Const(i32, 0), dim)))
     return ir.Function(name, [ir.Param("index", t), ir.Param("dim", i32),
                               ir.Param("code", i32)], t, body, {})
+
+
+def _failed(t: ScalarType, kind: str) -> int:
+    """What a checker of `kind` returns for an index outside (`_checker`)."""
+    return -(1 << (t.bits - 1)) if kind in ("view", "bound") else -1
 
 
 def _wide(t: ScalarType, width: int) -> tuple[ir.Expr, Callable[[], ir.Expr]]:
