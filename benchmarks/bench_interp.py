@@ -2,8 +2,8 @@
 
 Times kiln-interp kernels against the NumPy expression computing the same thing (after a
 warm-up, median of several runs, launch plus synchronize) and prints a table with the ratio.
-Goals: vector_add on 2**22 float32 (blocks of 256) within 3x; the thread-divergent loops
-(issue 14): a CSR sparse matrix-vector product over 200k rows within 20x of NumPy, a Julia
+Goals: vector_add on 2**22 float32 (blocks of 256) within 3x; the thread-divergent loops:
+a CSR sparse matrix-vector product over 200k rows within 20x of NumPy, a Julia
 set within 5x of NumPy's vectorised (masked) version.
 
     python benchmarks/bench_interp.py [--repeat N]     (also: kiln bench --backend interp)

@@ -1,4 +1,4 @@
-"""Where a cuda launch's host time goes, step by step, in one process (issue 14).
+"""Where a cuda launch's host time goes, step by step, in one process.
 
 Every variant runs interleaved with the others (rounds of 2000 calls each), so the numbers
 compare within the run; between processes these VMs move by up to 40%. Variants: the

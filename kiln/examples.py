@@ -239,7 +239,7 @@ def make_matmul_mma(elem: kiln.ScalarType, bm: int = 128, bn: int = 128, bk: int
     in groups of `group_m` block rows sweeping the columns together (the group's rows of a
     and the columns of b it sweeps stay in L2); with `prefetch`, each warp loads the next
     k step's fragments before multiplying this step's. The defaults were the fastest bf16
-    tiling on an H100 (benchmarks/RESULTS.md, issue 14)."""
+    tiling on an H100 (benchmarks/RESULTS.md, tensor cores)."""
     warps_n = bn // wn
     threads = (bm // wm) * warps_n * 32
     mt, nt = wm // 16, wn // 8
