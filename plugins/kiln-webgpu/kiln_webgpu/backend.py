@@ -67,7 +67,7 @@ class WebGPUCompiler(Compiler):
 
     def compile(self, program: ir.Program, device: Any,
                 options: KernelOptions) -> CompiledKernel:
-        emitter = WGSLEmitter()
+        emitter = WGSLEmitter(exact=not (options.contract or options.fastmath))
         source = emitter.emit(program)
         entry = ENTRY.search(source)
         return CompiledKernel(entry[1] if entry else "kernel", tuple(kernel_abi(program)),

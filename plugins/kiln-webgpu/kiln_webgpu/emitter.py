@@ -72,6 +72,11 @@ class WGSLEmitter(AtomicArrays, CEmitter):
     helpers: ClassVar[dict[str, Any]] = WGSL_HELPERS
     helper_qualifier = ""
 
+    def __init__(self, exact: bool = True) -> None:
+        """`exact`: `*` and `/` of f32 and f16 rounded as written (the kernel allows neither
+        contraction nor fast math); see `exact_op`."""
+        self.exact = exact
+
     def emit(self, program: ir.Program) -> str:
         self.program = program
         self.layout = ParamLayout.of(program)
@@ -366,6 +371,8 @@ class WGSLEmitter(AtomicArrays, CEmitter):
         if e.op == "**" and e.type is f32:
             left, right = self.expr(e.left), self.expr(e.right)
             return CExpr(f"kiln_pow({left.text}, {right.text})")
+        if self.exact and e.op in ("*", "/") and e.type in (f32, f16):
+            return self.exact_op(e.op, self.expr(e.left), self.expr(e.right), e.type)
         if e.op in ("&", "|", "^") and e.type is bool_:
             # WGSL's non-short-circuit logical operators on bool are `&`, `|`; `^` is `!=`
             left, right = self.expr(e.left), self.expr(e.right)
@@ -373,9 +380,27 @@ class WGSLEmitter(AtomicArrays, CEmitter):
                 return CExpr(f"{left.wrap(PRIMARY)} != {right.wrap(PRIMARY)}", 9)
         return super().expr_BinOp(e)
 
+    def exact_op(self, op: str, left: CExpr, right: CExpr, t: ScalarType) -> CExpr:
+        """`left op right` rounded once, as IEEE 754 says. WGSL lets a driver fuse a product
+        into the sum it feeds and divide within 2.5 ulp, and NVIDIA's Vulkan driver does
+        both: a product goes through `kiln_rounded` (an OR with a uniform zero, which no
+        compiler can see through), a quotient through `kiln_div` (one correction step from
+        the remainder `fma(-q, b, a)`). An f16 operation is computed in f32 (exact for a
+        product, correctly rounded for a quotient) and rounded to f16."""
+        if t is f16:
+            left, right = CExpr(f"f32({left.text})"), CExpr(f"f32({right.text})")
+        if op == "*":
+            text = f"kiln_rounded({left.wrap(13)} * {right.wrap(14)})"
+        else:
+            text = f"kiln_div({left.text}, {right.text})"
+        return CExpr(f"f16({text})" if t is f16 else text)
+
     def floor_op(self, op: str, left: CExpr, right: CExpr, divisor: ir.Expr,
                  t: ScalarType) -> CExpr:
-        """As C's, with WGSL's u32 shift amount for a division by a power of two."""
+        """As C's, with WGSL's u32 shift amount for a division by a power of two, and an
+        f32 `//` from a correctly rounded quotient (`exact_op`)."""
+        if op == "//" and t is f32:
+            return CExpr(f"floor(kiln_div({left.text}, {right.text}))")
         if (op == "//" and t.is_signed and isinstance(divisor, ir.Const)
                 and int(divisor.value) > 0 and int(divisor.value) & (int(divisor.value) - 1) == 0):
             return self.binary(">>", left, CExpr(f"{int(divisor.value).bit_length() - 1}u"))

@@ -56,9 +56,10 @@ WGSL_WORDS = _words("""
 
 GRID_FIELDS = (("kiln_grid_x", i32), ("kiln_grid_y", i32), ("kiln_grid_z", i32),
                ("kiln_blocks", u32), ("kiln_block_dim_x", i32), ("kiln_block_dim_y", i32),
-               ("kiln_block_dim_z", i32))
+               ("kiln_block_dim_z", i32), ("kiln_zero", u32))
 """The launch's shape. The block shape is also the pipeline's `@workgroup_size` overrides;
-kernels read it from here (naga 29 panics on some uses of override expressions)."""
+kernels read it from here (naga 29 panics on some uses of override expressions).
+`kiln_zero` is 0, a value no shader compiler knows (`kiln_rounded`)."""
 UNIFORM_TYPES = {i32: "i32", u32: "u32", f32: "f32", f16: "f32", bool_: "u32"}
 """WGSL type of each scalar type's uniform field."""
 
@@ -108,8 +109,8 @@ SCALAR_FORMATS = {np.dtype(np.int32): "i", np.dtype(np.uint32): "I", np.dtype(np
 def uniform_bytes(grid: Sequence[int], block: Sequence[int], args: Sequence[Any]) -> bytes:
     """The uniform block of one launch from its arguments alone (arrays give their
     dimensions, scalars their values, in parameter order), padded to 16 bytes."""
-    fmt = ["<iiiIiii"]
-    values: list[Any] = [grid[0], grid[1], grid[2], grid[0] * grid[1] * grid[2], *block]
+    fmt = ["<iiiIiiiI"]
+    values: list[Any] = [grid[0], grid[1], grid[2], grid[0] * grid[1] * grid[2], *block, 0]
     for a in args:
         if isinstance(a, DeviceArray):
             fmt.append("i" * len(a.shape))

@@ -37,8 +37,9 @@ def _ordered(kind: str) -> Callable[[Any, Any, list[str]], str]:
 
 
 MATH = {
-    "sqrt": "sqrt({0})", "rsqrt": "inverseSqrt({0})", "exp": "exp({0})", "exp2": "exp2({0})",
-    "log": "log({0})", "log2": "log2({0})", "log10": "kiln_log10({0})",
+    "sqrt": "kiln_sqrt({0})", "rsqrt": "inverseSqrt({0})", "exp": "exp({0})",
+    "exp2": "exp2({0})", "log": "kiln_log({0})", "log2": "log2({0})",
+    "log10": "kiln_log10({0})",
     "sin": "sin({0})", "cos": "cos({0})", "tan": "tan({0})", "asin": "kiln_asin({0})",
     "acos": "kiln_acos({0})", "atan": "kiln_atan({0})", "sinh": "sinh({0})", "cosh": "cosh({0})",
     "tanh": "tanh({0})", "floor": "floor({0})", "ceil": "ceil({0})", "trunc": "trunc({0})",
@@ -55,6 +56,57 @@ SYNC = {"barrier": "workgroupBarrier()", "mem_fence": "storageBarrier()"}
 intrinsics.implement(NAMESPACE, {**INDEX, **MATH, **SYNC})
 
 HELPERS = {
+    "kiln_rounded": """fn kiln_rounded(x: f32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(x) | kiln_p.kiln_zero);
+}""",
+    "kiln_div": """fn kiln_div(a: f32, b: f32) -> f32 {
+    let q = a / b;
+    let inverse = 1.0f / b;
+    if (q == 0.0f || !(abs(q) < 1e30f) || !(abs(b) < 1e30f) || kiln_isinf(inverse)) {
+        return q;
+    }
+    let p = kiln_rounded(q * b);
+    let qh = kiln_split(q);
+    let bh = kiln_split(b);
+    let ql = kiln_rounded(q - qh);
+    let bl = kiln_rounded(b - bh);
+    let e = kiln_rounded(kiln_rounded(kiln_rounded(kiln_rounded(qh * bh) - p)
+        + kiln_rounded(qh * bl)) + kiln_rounded(ql * bh)) + kiln_rounded(ql * bl);
+    return fma(kiln_rounded(a - p) - kiln_rounded(e), inverse, q);
+}""",
+    "kiln_split": """fn kiln_split(x: f32) -> f32 {
+    let c = kiln_rounded(4097.0f * x);
+    return c - kiln_rounded(c - x);
+}""",
+    "kiln_sqrt": """fn kiln_sqrt(x: f32) -> f32 {
+    let s = sqrt(x);
+    if (!(s > 0.0f) || kiln_isinf(s)) { return s; }
+    return fma(fma(-s, s, x), 0.5f / s, s);
+}""",
+    "kiln_log": """fn kiln_log(x: f32) -> f32 {
+    if (!(x > 0.0f) || kiln_isinf(x)) { return log(x); }
+    var bits = bitcast<u32>(x);
+    var e = -126;
+    if (bits < 0x00800000u) {
+        bits = bitcast<u32>(x * 8388608.0f);
+        e = e - 23;
+    }
+    e = e + i32(bits >> 23u);
+    var m = bitcast<f32>((bits & 0x007fffffu) | 0x3f000000u);
+    if (m < 0.70710678118654752f) {
+        e = e - 1;
+        m = m + m - 1.0f;
+    } else {
+        m = m - 1.0f;
+    }
+    let z = m * m;
+    var y = ((((((((7.0376836292e-2f * m - 1.1514610310e-1f) * m + 1.1676998740e-1f) * m
+        - 1.2420140846e-1f) * m + 1.4249322787e-1f) * m - 1.6668057665e-1f) * m
+        + 2.0000714765e-1f) * m - 2.4999993993e-1f) * m + 3.3333331174e-1f) * m * z;
+    let f = f32(e);
+    y = y - 2.12194440e-4f * f - 0.5f * z;
+    return m + y + 0.693359375f * f;
+}""",
     "kiln_log10": """fn kiln_log10(x: f32) -> f32 {
     return log2(x) * 0.30102999566398120f;
 }""",
@@ -140,6 +192,9 @@ HELPERS = {
 asin, acos, atan, atan2 are Cephes' single-precision approximations: Mesa's (within what WGSL
 allows) are off by up to 4e-4 relative."""
 HELPER_DEPENDENCIES = {"kiln_pow": ("kiln_isnan",), "kiln_fmin": ("kiln_isnan",),
+                       "kiln_div": ("kiln_isinf", "kiln_rounded", "kiln_split"),
+                       "kiln_split": ("kiln_rounded",), "kiln_sqrt": ("kiln_isinf",),
+                       "kiln_log": ("kiln_isinf",),
                        "kiln_fmax": ("kiln_isnan",), "kiln_acos": ("kiln_asin",),
                        "kiln_atan2": ("kiln_atan", "kiln_isinf", "kiln_isnan")}
 
@@ -157,12 +212,13 @@ def _floordiv(t: ScalarType) -> str:
 
 def _floormod(t: ScalarType) -> str:
     if t.is_float:
-        return "fn kiln_floormod_{t}(a: {T}, b: {T}) -> {T} { return a - floor(a / b) * b; }"
+        return ("fn kiln_floormod_{t}(a: {T}, b: {T}) -> {T} { "
+                "return a - kiln_rounded(floor(kiln_div(a, b)) * b); }")
     if not t.is_signed:
         return "fn kiln_floormod_{t}(a: {T}, b: {T}) -> {T} { return select(a % b, 0u, b == 0u); }"
     return """fn kiln_floormod_{t}(a: {T}, b: {T}) -> {T} {
     if (b == 0 || b == -1) { return 0; }
-    let r = a % b;
+    let r = a - (a / b) * b;
     return select(r, r + b, r != 0 && ((r < 0) != (b < 0)));
 }"""
 
