@@ -1,9 +1,12 @@
 """The webgpu plugin (on whatever adapter wgpu finds: Mesa's lavapipe without a GPU) beside
-the cpu backend and NumPy, in the same run.
+the cpu backend, the cuda backend where there is one, a hand-written WGSL vector_add
+dispatched through wgpu directly, and NumPy, in the same run.
 
-vector_add and reduce (`block_sum`, 2^22 f32) in GB/s and the 16x16 shared-memory tiled
-matmul (512^2 f32) in GFLOP/s; each result is checked against NumPy first. Medians of
-timed runs after a warm-up, each run synchronised; ratios are NumPy time / kiln time.
+vector_add and reduce (`block_sum`; 2^22 f32, 2^26 with a GPU) in GB/s and the 16x16
+shared-memory tiled matmul (512^2 f32) in GFLOP/s; each result is checked against NumPy
+first. A run is `LAUNCHES` launches then one synchronisation (so a GPU's time, not the
+wait for it, is measured); medians of timed runs after a warm-up, per launch; ratios are
+NumPy time / kiln time.
 
     python benchmarks/bench_webgpu.py [--quick]          (also: kiln bench --backend webgpu)
 
@@ -24,6 +27,60 @@ import kiln
 from kiln.examples import BLOCK, TILE, block_sum, matmul_tiled_square, vector_add
 
 Run = Callable[[], object]
+LAUNCHES = 10
+
+HAND_WGSL = """
+@group(0) @binding(0) var<uniform> n: vec4<u32>;
+@group(0) @binding(1) var<storage, read_write> a: array<f32>;
+@group(0) @binding(2) var<storage, read_write> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> c: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) w: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = (w.x + w.y * 65535u) * 256u + t;
+    if (i < n.x) { c[i] = a[i] + b[i]; }
+}
+"""
+"""vector_add as one would write it for WebGPU by hand: workgroups of 256, one element per
+invocation, a bounds check, a 2-D dispatch past 65535 workgroups."""
+
+
+def hand_vector_add(dev: kiln.Device, n: int) -> Run:
+    """`LAUNCHES` dispatches of `HAND_WGSL` (one submit each, as kiln does), then a wait."""
+    import wgpu
+
+    gpu, usage = dev.handle.device, wgpu.BufferUsage
+    rng = np.random.default_rng(0)
+    a, b = rng.random(n, np.float32), rng.random(n, np.float32)
+    buffers = [gpu.create_buffer_with_data(data=x, usage=usage.STORAGE | usage.COPY_SRC)
+               for x in (a, b, np.zeros(n, np.float32))]
+    size = gpu.create_buffer_with_data(data=np.array([n, 0, 0, 0], np.uint32),
+                                       usage=usage.UNIFORM | usage.COPY_SRC)
+    module = gpu.create_shader_module(code=HAND_WGSL)
+    pipeline = gpu.create_compute_pipeline(layout="auto",
+                                           compute={"module": module, "entry_point": "main"})
+    group = gpu.create_bind_group(
+        layout=pipeline.get_bind_group_layout(0),
+        entries=[{"binding": 0, "resource": {"buffer": size}},
+                 *({"binding": k + 1, "resource": {"buffer": buf}}
+                   for k, buf in enumerate(buffers))])
+    groups = -(-n // 256)
+    shape = (min(groups, 65535), -(-groups // 65535), 1)
+
+    def run() -> None:
+        for _ in range(LAUNCHES):
+            encoder = gpu.create_command_encoder()
+            compute = encoder.begin_compute_pass()
+            compute.set_pipeline(pipeline)
+            compute.set_bind_group(0, group)
+            compute.dispatch_workgroups(*shape)
+            compute.end()
+            gpu.queue.submit([encoder.finish()])
+        gpu.queue.read_buffer(size, 0, 4)  # waits for the dispatches
+
+    run()
+    out = np.frombuffer(gpu.queue.read_buffer(buffers[2]), np.float32)
+    np.testing.assert_array_equal(out, a + b)
+    return run
 
 
 def kernels(dev: kiln.Device, n: int, mm: int) -> dict[str, tuple[Run, float]]:
@@ -38,22 +95,24 @@ def kernels(dev: kiln.Device, n: int, mm: int) -> dict[str, tuple[Run, float]]:
     blocks = (n + BLOCK - 1) // BLOCK
 
     def add() -> None:
-        vector_add[blocks, BLOCK](da, db, dc, n)
+        for _ in range(LAUNCHES):
+            vector_add[blocks, BLOCK](da, db, dc, n)
         dev.synchronize()
 
     def reduce() -> None:
-        total.copy_from_host(np.zeros(1, np.float32))
-        block_sum[min(blocks, 1024), BLOCK](da, total, n)
+        for _ in range(LAUNCHES):
+            block_sum[min(blocks, 1024), BLOCK](da, total, n)
         dev.synchronize()
 
     def matmul() -> None:
-        matmul_tiled_square[(mm // TILE, mm // TILE), (TILE, TILE)](dma, dmb, dmc, mm)
+        for _ in range(LAUNCHES):
+            matmul_tiled_square[(mm // TILE, mm // TILE), (TILE, TILE)](dma, dmb, dmc, mm)
         dev.synchronize()
 
     add()
     np.testing.assert_array_equal(dc.numpy(), a + b)
     reduce()
-    np.testing.assert_allclose(total.numpy()[0], a.sum(dtype=np.float64), rtol=1e-4)
+    np.testing.assert_allclose(total.numpy()[0], LAUNCHES * a.sum(dtype=np.float64), rtol=1e-4)
     matmul()
     np.testing.assert_allclose(dmc.numpy(), ma @ mb, rtol=1e-4, atol=1e-3)
     return {"vector_add": (add, 12.0 * n), "reduce": (reduce, 4.0 * n),
@@ -75,13 +134,15 @@ def main() -> int:
     dev = backend_device("webgpu", "bench_webgpu")
     if dev is None:
         return 0
-    n, mm, repeat = (1 << 18, 128, 3) if small else (1 << 22, 512, 7)
+    available = {e.name for e in kiln.backends() if e.available}
+    n, mm, repeat = (1 << 18, 128, 3) if small else (
+        1 << (26 if "cuda" in available else 22), 512, 7)
     print(f"webgpu: {dev.capabilities.name}; Python {versions()}; "
           f"{dev.handle.identity.split(' | ')[0]}")
     peers = {"webgpu": kernels(dev, n, mm)}
-    cpu = next((e for e in kiln.backends() if e.name == "cpu" and e.available), None)
-    if cpu is not None:
-        peers["cpu"] = kernels(kiln.device("cpu"), n, mm)
+    for name in ("cuda", "cpu"):
+        if name in available:
+            peers[name] = kernels(kiln.device(name), n, mm)
     reference = numpy_runs(n, mm)
     print(f"\n| benchmark | size | {' | '.join(f'kiln {p}' for p in peers)} | NumPy | "
           f"{' | '.join(f'NumPy / {p}' for p in peers)} |")
@@ -90,7 +151,7 @@ def main() -> int:
         unit, scale = ("GFLOP/s" if name == "matmul_tiled" else "GB/s"), 1e-9
         work = peers["webgpu"][name][1]
         base = median_ms(numpy_run, repeat)
-        times = {p: median_ms(runs[name][0], repeat) for p, runs in peers.items()}
+        times = {p: median_ms(runs[name][0], repeat) / LAUNCHES for p, runs in peers.items()}
         for p, ms in times.items():
             record(name, f"kiln {p}", n if name != "matmul_tiled" else mm,
                    work * scale / (ms * 1e-3), unit)
@@ -100,6 +161,11 @@ def main() -> int:
         ratios = " | ".join(ratio(base, ms) for ms in times.values())
         print(f"| {name} | {size} | {rates} | {work * scale / (base * 1e-3):.2f} {unit} "
               f"({base:.2f} ms) | {ratios} |")
+    hand = median_ms(hand_vector_add(dev, n), repeat) / LAUNCHES
+    kiln_add = median_ms(peers["webgpu"]["vector_add"][0], repeat) / LAUNCHES
+    print(f"\nvector_add 2^{n.bit_length() - 1}: hand-written WGSL {12 * n / hand / 1e6:.0f} GB/s "
+          f"({hand:.3f} ms), kiln webgpu {12 * n / kiln_add / 1e6:.0f} GB/s ({kiln_add:.3f} ms): "
+          f"kiln / hand {ratio(hand, kiln_add)}")
     return 0
 
 
