@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +213,7 @@ class Compiled:
 
     def __init__(self, handle: WebGPUDevice, key: str, entry: str, module: Any) -> None:
         self.handle, self.key, self.entry, self.module = handle, key, entry, module
+        self.bound: Bound | None = None
 
     def pipeline(self, block: tuple[int, int, int], arrays: int) -> Any:
         cache_key = (self.key, block, arrays)
@@ -227,7 +229,6 @@ class Compiled:
 
     def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int],
                args: Sequence[Any], stream: Any = None) -> None:
-        wgpu = runtime.import_wgpu()
         handle, device = self.handle, self.handle.device
         arrays = [a for a in args if isinstance(a, DeviceArray)]
         check_limits(handle, self.entry, args, arrays)
@@ -238,23 +239,54 @@ class Compiled:
             raise LaunchError(f"kernel {self.entry}: a grid of {blocks} blocks is more than "
                               "WebGPU can number (2**32 - 1)")
         pipeline = self.pipeline(block, len(arrays))
-        params = device.create_buffer_with_data(data=uniform_bytes(grid, block, args),
-                                                usage=wgpu.BufferUsage.UNIFORM)
+        data = uniform_bytes(grid, block, args)
+        with handle.submitting:  # the uniform's write and the dispatch reading it
+            bind_group = self.bind(arrays, data)
+            encoder = device.create_command_encoder()
+            compute = encoder.begin_compute_pass()
+            compute.set_pipeline(pipeline)
+            compute.set_bind_group(0, bind_group)
+            compute.dispatch_workgroups(*dispatch_size(blocks, handle.limit(
+                runtime.WORKGROUPS_PER_DIMENSION)))
+            compute.end()
+            device.queue.submit([encoder.finish()])
+
+    def bind(self, arrays: list[DeviceArray], data: bytes) -> Any:
+        """The bind group of the last launch when it bound the same buffers (its uniform
+        block rewritten where the launch's values changed), else a new one. A queue write
+        lands before the next submit and after every earlier one, so a dispatch in flight
+        keeps the values it was launched with. Making a bind group and a uniform buffer
+        cost more host time than the rest of a launch; a kernel keeps the last arrays it
+        ran on bound (alive) until it runs on others."""
+        wgpu = runtime.import_wgpu()
+        handle, device = self.handle, self.handle.device
+        bindings = tuple(runtime.binding_size(a.buffer) for a in arrays)
+        last = self.bound
+        if last is not None and last.bindings == bindings:
+            if last.data != data:
+                device.queue.write_buffer(last.params, 0, data)
+                last.data = data
+            return last.group
+        params = device.create_buffer_with_data(
+            data=data, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
         entries = [{"binding": 0, "resource": {"buffer": params}}]
-        for n, a in enumerate(arrays, 1):
-            gpu, offset, size = runtime.binding_size(a.buffer)
+        for n, (gpu, offset, size) in enumerate(bindings, 1):
             entries.append({"binding": n, "resource": {"buffer": gpu, "offset": offset,
                                                        "size": size}})
-        group, _ = handle.bind_group_layout(len(arrays))
-        bind_group = device.create_bind_group(layout=group, entries=entries)
-        encoder = device.create_command_encoder()
-        compute = encoder.begin_compute_pass()
-        compute.set_pipeline(pipeline)
-        compute.set_bind_group(0, bind_group)
-        compute.dispatch_workgroups(*dispatch_size(blocks, handle.limit(
-            runtime.WORKGROUPS_PER_DIMENSION)))
-        compute.end()
-        device.queue.submit([encoder.finish()])
+        layout, _ = handle.bind_group_layout(len(arrays))
+        group = device.create_bind_group(layout=layout, entries=entries)
+        self.bound = Bound(bindings, params, data, group)
+        return group
+
+
+@dataclass
+class Bound:
+    """A kernel's last bind group: the buffers it binds and its uniform block."""
+
+    bindings: tuple[tuple[Any, int, int], ...]
+    params: Any
+    data: bytes
+    group: Any
 
 
 def dispatch_size(blocks: int, limit: int) -> tuple[int, int, int]:

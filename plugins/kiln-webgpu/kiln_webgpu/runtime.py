@@ -15,6 +15,7 @@ drained (`WebGPUDevice.host_timing`).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,8 @@ class WebGPUDevice:
     """WGSL sources on disk and in memory (the driver's own pipeline cache compiles them)."""
     pipelines: dict[Any, Any] = field(default_factory=dict)
     """Compute pipelines by (source key, block shape): built once per process."""
+    submitting: threading.Lock = field(default_factory=threading.Lock)
+    """Held from a launch's uniform write to its submit (threads launching one kernel)."""
     _device: Any = None
     _fence: Any = None
     _layouts: dict[int, Any] = field(default_factory=dict)

@@ -281,3 +281,28 @@ def test_products_are_kept_from_fusing_unless_the_kernel_allows_it() -> None:
     source = rounded_as_written.source("webgpu", *types)
     assert "kiln_rounded(" in source and "kiln_div(" in source
     assert " % " not in source.split("fn rounded_as_written")[0].split("kiln_floormod_i32")[-1]
+
+
+@kiln.kernel
+def axpy(y: f32[:], x: f32[:], k: f32, n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        y[i] = y[i] * k + x[i]
+
+
+def test_launches_in_flight_keep_their_own_values() -> None:
+    """A kernel reuses its last bind group and rewrites its uniform block: launches queued
+    without a synchronisation, with other scalars or other arrays, each see their own."""
+    device = webgpu_device()
+    n = 1000
+    ys = [kiln.to_device(np.full(n, 1.0, np.float32), device) for _ in range(2)]
+    x = kiln.to_device(np.arange(n, dtype=np.float32), device)
+    expected = [np.full(n, 1.0, np.float32) for _ in range(2)]
+    for step, (which, k) in enumerate([(0, 2.0), (0, 3.0), (1, 0.5), (0, 0.25), (1, 4.0),
+                                       (1, 4.0), (0, -1.0)]):
+        count = n - step  # the size changes too
+        axpy[(count + 63) // 64, 64](ys[which], x, k, count)
+        head = expected[which][:count]
+        expected[which][:count] = head * np.float32(k) + np.arange(count, dtype=np.float32)
+    for y, want in zip(ys, expected):
+        np.testing.assert_array_equal(y.numpy(), want)
