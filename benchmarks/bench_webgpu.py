@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 
 import numpy as np
-from common import backend_device, median_ms, quick, ratio, record, versions
+from common import backend_device, median_ms, quick, ratio, record, timed_ms, versions
 
 import kiln
 from kiln.examples import BLOCK, TILE, block_sum, matmul_tiled_square, vector_add
@@ -119,6 +119,24 @@ def kernels(dev: kiln.Device, n: int, mm: int) -> dict[str, tuple[Run, float]]:
             "matmul_tiled": (matmul, 2.0 * mm**3)}
 
 
+def enqueue_us(dev: kiln.Device, launches: int = 200) -> float:
+    """Host microseconds per queued launch of a small vector_add (median of 5 batches)."""
+    n = 1024
+    da, db, dc = (kiln.zeros(n, device=dev) for _ in range(3))
+
+    def batch() -> None:
+        for _ in range(launches):
+            vector_add[n // BLOCK, BLOCK](da, db, dc, n)
+
+    batch()
+    dev.synchronize()
+    times = []
+    for _ in range(5):
+        times.append(timed_ms(batch))
+        dev.synchronize()
+    return sorted(times)[2] * 1e3 / launches
+
+
 def numpy_runs(n: int, mm: int) -> dict[str, Run]:
     rng = np.random.default_rng(0)
     a, b, c = rng.random(n, np.float32), rng.random(n, np.float32), np.empty(n, np.float32)
@@ -161,6 +179,9 @@ def main() -> int:
         ratios = " | ".join(ratio(base, ms) for ms in times.values())
         print(f"| {name} | {size} | {rates} | {work * scale / (base * 1e-3):.2f} {unit} "
               f"({base:.2f} ms) | {ratios} |")
+    for name in peers:
+        print(f"{name}: {enqueue_us(kiln.device(name)):.1f} µs of host time per launch "
+              "(vector_add of 1024 elements, 200 launches queued)")
     hand = median_ms(hand_vector_add(dev, n), repeat) / LAUNCHES
     kiln_add = median_ms(peers["webgpu"]["vector_add"][0], repeat) / LAUNCHES
     print(f"\nvector_add 2^{n.bit_length() - 1}: hand-written WGSL {12 * n / hand / 1e6:.0f} GB/s "
