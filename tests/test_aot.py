@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, backend_entry
 
 import kiln
 from kiln.cli import main
+from tests.helpers import REPO, backend_entry
 
 HERE = Path(__file__).resolve().parent / "aot"
 EXAMPLES = REPO / "kiln" / "examples.py"

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
 
 from kiln.benchplot import PlotError, plot, read_records
 from kiln.cli import main
+from tests.helpers import REPO
 
 needs_matplotlib = pytest.mark.skipif(
     importlib.util.find_spec("matplotlib") is None,

@@ -10,12 +10,12 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import assert_kernel_error, requires_backend
 
 import kiln
 from kiln import bf16, f16, f32, f64, i32, u8
 from kiln.ir.passes import device_feature_check
 from kiln.ir.types import can_convert_implicitly, promote
+from tests.helpers import assert_kernel_error, requires_backend
 
 BF16 = ml_dtypes.bfloat16
 DEVICES = [d for d in kiln.devices() if d.capabilities.bf16]  # bf16 is a capability

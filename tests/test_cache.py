@@ -19,11 +19,11 @@ import pytest
 
 from kiln.framework import cache
 from kiln.framework.buildenv import BuildEnv
+from tests.helpers import OTHER_UID, give_away, warnings_about
 
 ENV = BuildEnv("test", ("cc",), "cc 1.0", ("-O2",))
 
 
-OTHER_UID = 54321  # a user other than the one running the tests
 
 
 @pytest.fixture
@@ -39,20 +39,6 @@ def fallback(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     tmp = tmp_path_factory.mktemp("tmp")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     return tmp / f"kiln-cache-{os.geteuid()}"
-
-
-def give_away(path: Path) -> None:
-    """Make `path` another user's (skips where this user may not: tests run as root)."""
-    try:
-        os.chown(path, OTHER_UID, OTHER_UID, follow_symlinks=False)
-    except PermissionError:
-        pytest.skip("chown to another user is not permitted here (tests need root for it)")
-
-
-def warnings_about(caplog: pytest.LogCaptureFixture, *fragments: str) -> list[str]:
-    """The cache's warnings that hold every fragment."""
-    return [r.getMessage() for r in caplog.records if r.name == "kiln.cache"
-            and r.levelno == logging.WARNING and all(f in r.getMessage() for f in fragments)]
 
 
 def payload_and_folder(c: cache.CompileCache, key: str) -> tuple[bytes, Path]:

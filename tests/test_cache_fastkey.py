@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_python
 
 import kiln
 from kiln import f32, f64, i32
@@ -24,6 +23,7 @@ from kiln.ir.enums import MemorySpace
 from kiln.ir.printer import format_program
 from kiln.ir.types import ArrayType, ConstexprType
 from kiln.lang.records import kiln_type_of
+from tests.helpers import run_python
 
 cpu_entry = next(e for e in kiln.backends() if e.name == "cpu")
 pytestmark = pytest.mark.skipif(not cpu_entry.available,

@@ -21,13 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, requires_backend
-from test_cache import give_away, warnings_about
 
 import kiln
 from kiln import f32, i32
 from kiln.backends.cpu import toolchain
 from kiln.framework import cache
+from tests.helpers import REPO, give_away, requires_backend, warnings_about
 
 BACKENDS = [pytest.param("cpu", marks=requires_backend("cpu", "no C compiler with OpenMP")),
             pytest.param("opencl", marks=requires_backend("opencl", "no OpenCL device"))]
@@ -195,7 +194,7 @@ def test_a_file_in_the_backend_folders_place(backend: str, cache_dir: Path,
 ADDERS = """
 import sys
 import numpy as np
-from test_cache_safety import run_adder
+from tests.test_cache_safety import run_adder
 for offset in map(float, sys.argv[2:]):
     assert np.array_equal(run_adder(offset, sys.argv[1]), np.full(256, offset, np.float32))
 print("ok")
@@ -212,7 +211,7 @@ def test_a_read_only_cache_is_read_and_new_kernels_compile(backend: str,
     folders = (tmp_path / "cache", tmp_path / "cache" / backend)
     (tmp_path / "tmp").mkdir()
     env = {**os.environ, "KILN_CACHE_DIR": str(folders[0]), "TMPDIR": str(tmp_path / "tmp"),
-           "PYTHONPATH": str(REPO / "tests"), "KILN_LOG": "info"}
+           "PYTHONPATH": str(REPO), "KILN_LOG": "info"}
     adders = [sys.executable, "-c", ADDERS, backend]
     subprocess.run([*adders, "1"], env=env, check=True, capture_output=True, timeout=120)
     for folder in folders:

@@ -6,7 +6,6 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import marked_line
 
 import kiln
 from kiln import f32, i32, i64
@@ -16,6 +15,7 @@ from kiln.ir import nodes as ir
 from kiln.ir.intrinsics import INDEX_BASES, intrinsics
 from kiln.ir.passes import lower_thread_loops
 from kiln.ir.types import u32
+from tests.helpers import marked_line
 
 intrinsics.implement("gpu_test", {
     **{f"{b}_{a}": f"{b}.{a}" for b in INDEX_BASES for a in "xyz"},

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import backend_entry
 
 import kiln
 from kiln import f32, f64, i32
+from tests.helpers import backend_entry
 
 BACKENDS = [name for name in ("interp", "cpu", "opencl", "cuda") if backend_entry(name).available]
 

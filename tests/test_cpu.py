@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import backend_entry, marked_line, run_python
 
 import kiln
 from kiln import f16, f32, f64, i32, i64, u32
 from kiln.examples import TILE, block_sum, mandelbrot, matmul_tiled_square, vector_add
+from tests.helpers import backend_entry, marked_line, run_python
 
 
 @pytest.fixture(scope="module")

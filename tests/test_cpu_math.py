@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import backend_entry
 
 import kiln
 from kiln import f32, f64
 from kiln.examples import BLOCK, softmax_rows
+from tests.helpers import backend_entry
 
 
 @pytest.fixture(scope="module")

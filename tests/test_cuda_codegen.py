@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import backend_entry, requires_backend
 
 import kiln
 from kiln import examples, f32, f64
 from kiln.examples import block_sum
+from tests.helpers import backend_entry, requires_backend
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed")
 

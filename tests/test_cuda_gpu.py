@@ -9,11 +9,11 @@ import time
 
 import numpy as np
 import pytest
-from conftest import requires_backend
 
 import kiln
 from kiln import f16, f32, f64, i32, i64
 from kiln.examples import block_sum, vector_add
+from tests.helpers import requires_backend
 
 pytestmark = requires_backend("cuda", "no CUDA GPU")
 

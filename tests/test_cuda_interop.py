@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import requires_backend
 
 import kiln
 from kiln import f32, i32
+from tests.helpers import requires_backend
 
 pytestmark = requires_backend("cuda", "no CUDA GPU")
 

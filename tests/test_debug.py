@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import marked_line, requires_backend
 
 import kiln
 from kiln import f32, f32x2, f32x4, i32, i64
+from tests.helpers import marked_line, requires_backend
 
 BACKENDS = [pytest.param(name, marks=requires_backend(name, f"the {name} backend is missing"))
             for name in ("interp", "cpu", "opencl", "serial", "cuda")]

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
 
 import kiln
 from kiln.framework import backend as contract
+from tests.helpers import REPO
 
 DOC = REPO / "docs" / "backends.md"
 EXAMPLES = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO
 
 import kiln
 from kiln.conformance.cases.host import scale
+from tests.helpers import REPO
 
 DOC = REPO / "docs" / "streams-events.md"
 EXAMPLES = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_kernel_error, marked_line
 
 import kiln
 from kiln import f32, i32
+from tests.helpers import assert_kernel_error, marked_line
 
 HERE = str(Path(__file__).resolve())
 N = 64

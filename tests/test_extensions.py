@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_kernel_error
 
 import kiln
 from kiln import f32, i32
 from kiln.ir import nodes as ir
+from tests.helpers import assert_kernel_error
 
 
 def _float_unary(types):

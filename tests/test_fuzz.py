@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from conftest import backend_entry
 
 from kiln.conformance.fuzz.differential import run
 from kiln.conformance.fuzz.kernels import build, scratch_directory
 from kiln.conformance.fuzz.mutate import check, mutate
+from tests.helpers import backend_entry
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -26,11 +26,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
-from conftest import run_python
 
 import kiln
 from kiln import f32, i32
 from kiln.runtime.array import copy_array
+from tests.helpers import run_python
 
 hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is not installed (test extra)")
 from hypothesis import HealthCheck, Phase, settings  # noqa: E402

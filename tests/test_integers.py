@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_kernel_error, backend_entry
 
 import kiln
 from kiln import i32, i64, u32
+from tests.helpers import assert_kernel_error, backend_entry
 
 BACKENDS = [name for name in ("interp", "cpu", "opencl", "cuda") if backend_entry(name).available]
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1

@@ -10,7 +10,6 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import marked_line
 
 import kiln
 from kiln import bool_, f32, f64, i32, i64, u32
@@ -19,6 +18,7 @@ from kiln.backends.interp.geometry import BX, BY, TX, TY, Launch
 from kiln.backends.interp.values import Affine
 from kiln.examples import block_sum, vector_add
 from kiln.ir.intrinsics import intrinsics
+from tests.helpers import marked_line
 
 
 @pytest.fixture(params=["one chunk", "many chunks"])

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import backend_entry
 
 import kiln
 from kiln import f32, i32
 from kiln.backends.interp import compaction
 from kiln.examples import JULIA_C, julia, spmv_csr
+from tests.helpers import backend_entry
 
 
 def devices() -> list:

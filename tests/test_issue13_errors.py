@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 import pytest
-from conftest import assert_kernel_error, backend_entry, marked_line
 
 import kiln
 from kiln import f32, i32
+from tests.helpers import assert_kernel_error, backend_entry, marked_line
 
 BACKENDS = [name for name in ("interp", "cpu", "opencl", "cuda") if backend_entry(name).available]
 

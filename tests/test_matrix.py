@@ -8,7 +8,6 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import assert_kernel_error
 
 import kiln
 from kiln import bf16, f16, f32, f64, i32
@@ -18,6 +17,7 @@ from kiln.examples import (
     make_matmul_tf32x3,
     matmul_mma_launch,
 )
+from tests.helpers import assert_kernel_error
 
 DEVICES = kiln.devices()
 DTYPES = {bf16: ml_dtypes.bfloat16, f16: np.float16, f32: np.float32}

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import marked_line, requires_backend, run_python
 
 import kiln
 from kiln import f32, f64, i32, i64, u32
 from kiln.codegen import compile_error
 from kiln.conformance.cases.algorithms import shifted_cubes
 from kiln.examples import block_sum, vector_add
+from tests.helpers import marked_line, requires_backend, run_python
 
 pytestmark = requires_backend("opencl", "no OpenCL device")
 

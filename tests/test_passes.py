@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import marked_line
 
 import kiln
 from kiln import f32, i32, i64
@@ -37,6 +36,7 @@ from kiln.ir.passes import (
 from kiln.ir.printer import format_program
 from kiln.ir.types import ArrayType, Type, void
 from kiln.ir.visit import walk
+from tests.helpers import marked_line
 
 HERE = str(Path(__file__).resolve())
 

@@ -10,11 +10,11 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO
 from rich.console import Console
 
 import kiln
 from kiln.conformance import check_command
+from tests.helpers import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "hostsim.py"
 

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from conftest import marked_line, requires_backend
 
 import kiln
 from kiln import i32
+from tests.helpers import marked_line, requires_backend
 
 SPIN = 1 << 30  # iterations a kernel waits for the host's flag at most (seconds of work)
 

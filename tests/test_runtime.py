@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_python
 
 import kiln
 from kiln import f32, f64, i32
 from kiln.examples import vector_add
+from tests.helpers import run_python
 
 N = 1000  # not a multiple of the block size
 

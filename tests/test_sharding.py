@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import backend_entry, requires_backend
 
 import kiln
 from kiln import f32, i32
 from kiln.examples import smooth_shard, vector_add
+from tests.helpers import backend_entry, requires_backend
 
 pytestmark = requires_backend("cpu", "sharding tests split the cpu backend's device")
 

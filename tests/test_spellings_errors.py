@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_kernel_error, marked_line
 
 import kiln
 from kiln import f32, f32x3, i32
+from tests.helpers import assert_kernel_error, marked_line
 
 
 @kiln.kernel

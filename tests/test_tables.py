@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_kernel_error, run_python
 
 import kiln
 from kiln import f32, f64, i32
 from kiln.execution.kernelcache import kernel_key
+from tests.helpers import assert_kernel_error, run_python
 
 TABLE = np.array([1.0, 2.0, 3.0], np.float32)
 FLAGS = np.array([True, False])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import marked_line, requires_backend
 
 import kiln
 from kiln import f32, i32
@@ -22,6 +21,7 @@ from kiln.ir.passes.validate import validate
 from kiln.ir.printer import format_program
 from kiln.ir.types import i64, void
 from kiln.ir.visit import walk
+from tests.helpers import marked_line, requires_backend
 
 
 def lowered(kernel: kiln.Kernel, *types: kiln.Type) -> ir.Program:

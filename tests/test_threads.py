@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import backend_entry
 
 import kiln
 from kiln import f32
+from tests.helpers import backend_entry
 
 THREADS, ROUNDS = 8, 12
 SOURCE = '''

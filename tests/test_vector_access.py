@@ -11,7 +11,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import assert_kernel_error, requires_backend
 
 import kiln
 from kiln import f32, f32x2, f32x4, f64x4, i32, i32x4
@@ -21,6 +20,7 @@ from kiln.ir import nodes as ir
 from kiln.ir.passes import default_pipeline
 from kiln.ir.printer import format_program
 from kiln.ir.visit import walk
+from tests.helpers import assert_kernel_error, requires_backend
 
 
 def lowered(kernel: kiln.Kernel) -> ir.Program:

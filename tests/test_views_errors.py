@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import assert_kernel_error
 
 import kiln
 from kiln import f32, i32
+from tests.helpers import assert_kernel_error
 
 
 @kiln.func
