@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from kiln import f32, f64, i32, i64, u32
 from kiln.codegen import compile_error
 from kiln.conformance.cases.algorithms import shifted_cubes
 from kiln.examples import block_sum, vector_add
-from tests.helpers import marked_line, requires_backend, run_python
+from tests.helpers import TESTS, marked_line, requires_backend, run_python
 
 pytestmark = requires_backend("opencl", "no OpenCL device")
 
@@ -97,7 +96,7 @@ def test_barrier_loops_begin_with_a_barrier():
 
 def test_pocl_survives_barrier_loops_that_once_aborted_it():
     """Run in a subprocess: the PoCL failure this guards against aborts the process."""
-    script = Path(__file__).parent / "fixtures" / "barrier_loops.py"
+    script = TESTS / "fixtures" / "barrier_loops.py"
     result = subprocess.run([sys.executable, str(script), "opencl"], capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]

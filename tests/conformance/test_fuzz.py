@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -20,7 +19,7 @@ import pytest
 from kiln.conformance.fuzz.differential import run
 from kiln.conformance.fuzz.kernels import build, scratch_directory
 from kiln.conformance.fuzz.mutate import check, mutate
-from tests.helpers import backend_entry
+from tests.helpers import TESTS, backend_entry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,7 +28,7 @@ from hypothesis import Phase, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.database import DirectoryBasedExampleDatabase  # noqa: E402
 
-DATABASE = DirectoryBasedExampleDatabase(Path(__file__).parent / "fuzz-examples")
+DATABASE = DirectoryBasedExampleDatabase(TESTS / "fuzz-examples")
 EXPLORE = int(os.environ.get("KILN_FUZZ_EXAMPLES", "0"))
 """Random examples to add to the fixed ones (0 in CI); their failures go to DATABASE."""
 BACKENDS = [name for name in ("interp", "cpu", "opencl", "cuda")

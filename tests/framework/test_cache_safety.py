@@ -194,7 +194,7 @@ def test_a_file_in_the_backend_folders_place(backend: str, cache_dir: Path,
 ADDERS = """
 import sys
 import numpy as np
-from tests.test_cache_safety import run_adder
+from tests.framework.test_cache_safety import run_adder
 for offset in map(float, sys.argv[2:]):
     assert np.array_equal(run_adder(offset, sys.argv[1]), np.full(256, offset, np.float32))
 print("ok")
