@@ -56,6 +56,35 @@ def assert_kernel_error(kernel: kiln.Kernel, cls: type[kiln.KernelError], fragme
     assert (exc.loc.file, exc.loc.line) == (here, marked_line(kernel))
 
 
+def compile_error(kernel: kiln.Kernel, *types: kiln.ScalarType) -> kiln.KernelError:
+    """The KernelError that building `kernel`'s IR for `types` raises."""
+    with pytest.raises(kiln.KernelError) as info:
+        kernel.ir(*types)
+    return info.value
+
+
+PUBLIC_ENTRY = str(Path(kiln.Kernel.ir.__code__.co_filename).resolve())  # kiln/execution/kernel.py
+
+
+def kiln_frames(exc: BaseException) -> list[str]:
+    """The traceback's frames in kiln's package, as file:line."""
+    package = str(Path(kiln.__file__).resolve().parent)
+    tb, frames = exc.__traceback__, []
+    while tb is not None:
+        file = str(Path(tb.tb_frame.f_code.co_filename).resolve())
+        if file.startswith(package):
+            frames.append(f"{file}:{tb.tb_lineno}")
+        tb = tb.tb_next
+    return frames
+
+
+def assert_only_entry_frames(exc: BaseException, most: int) -> None:
+    """No kiln frame but the public entry point's (`kernel[...](...)` -> `launch`: two)."""
+    frames = kiln_frames(exc)
+    assert len(frames) <= most, frames
+    assert all(f.startswith(PUBLIC_ENTRY + ":") for f in frames), frames
+
+
 def run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `python -c code` in a fresh interpreter (for environment variables read once)."""
     full_env = {k: v for k, v in os.environ.items()

@@ -1,4 +1,6 @@
-"""Negative tests: malformed kernels and bad launches get clear errors at the right line.
+"""Negative tests: unknown names, calls of the wrong arity, type errors and Python constructs
+the language does not have get clear errors at the right line, and every error message
+shows its location, the source line and a caret, without kiln's internals in the traceback.
 
 Each malformed kernel marks its offending line with a trailing `# error` comment; the test
 checks the error class, a fragment of the message, and that the error points at that line
@@ -14,7 +16,12 @@ import pytest
 
 import kiln
 from kiln import f32, i32
-from tests.helpers import assert_kernel_error, marked_line
+from tests.helpers import (
+    assert_kernel_error,
+    assert_only_entry_frames,
+    compile_error,
+    marked_line,
+)
 
 HERE = str(Path(__file__).resolve())
 N = 64
@@ -342,46 +349,6 @@ def membership(a: f32[:], n: i32):
         a[0] = 1.0
 
 
-# ---------------------------------------------------------------- shared memory and barriers
-
-
-@kiln.kernel
-def shared_non_constant_size(a: f32[:], n: i32):
-    s = kiln.shared(f32, n)  # error
-    s[0] = 1.0
-    a[0] = s[0]
-
-
-@kiln.kernel
-def barrier_under_thread_if(a: f32[:]):
-    if kiln.thread_idx.x < 16:
-        kiln.barrier()  # error
-    a[0] = 1.0
-
-
-@kiln.kernel
-def barrier_in_thread_loop(a: f32[:]):
-    for i in range(kiln.thread_idx.x):
-        a[i] = 1.0
-        kiln.barrier()  # error
-
-
-@kiln.kernel
-def barrier_after_thread_return(a: f32[:]):
-    if kiln.global_id(0) >= len(a):
-        return
-    a[kiln.global_id(0)] = 1.0
-    kiln.barrier()  # error
-
-
-@kiln.kernel
-def barrier_under_loaded_value(a: f32[:]):
-    t = kiln.thread_idx.x
-    x = a[t]
-    if x > 0.0:
-        kiln.barrier()  # error
-
-
 KERNEL_ERRORS = [
     (unknown_name, kiln.UnknownNameError, "'undefined_thing' is not defined"),
     (unknown_index_axis, kiln.UnknownNameError, ".x, .y and .z"),
@@ -431,18 +398,7 @@ KERNEL_ERRORS = [
     (array_into_element, kiln.KernelTypeError, "cannot assign a f32[:] value to an element"),
     (starred_call, kiln.UnsupportedError, "*args"),
     (membership, kiln.UnsupportedError, "`in`"),
-    (shared_non_constant_size, kiln.ConstantError, "size fixed at compile time"),
-    (barrier_under_thread_if, kiln.ConvergenceError, "barrier"),
-    (barrier_in_thread_loop, kiln.ConvergenceError, "barrier"),
-    (barrier_after_thread_return, kiln.ConvergenceError, "barrier"),
-    (barrier_under_loaded_value, kiln.ConvergenceError, "barrier"),
 ]
-
-
-def compile_error(kernel: kiln.Kernel, *types: kiln.ScalarType) -> kiln.KernelError:
-    with pytest.raises(kiln.KernelError) as info:
-        kernel.ir(*types)
-    return info.value
 
 
 @pytest.mark.parametrize(("kernel", "cls", "fragment"), KERNEL_ERRORS,
@@ -472,28 +428,6 @@ def test_message_shows_location_source_line_and_caret() -> None:
     assert source.index("a[0]") == caret.index("^")
 
 
-PUBLIC_ENTRY = str(Path(kiln.Kernel.ir.__code__.co_filename).resolve())  # kiln/execution/kernel.py
-
-
-def kiln_frames(exc: BaseException) -> list[str]:
-    """The traceback's frames in kiln's package, as file:line."""
-    package = str(Path(kiln.__file__).resolve().parent)
-    tb, frames = exc.__traceback__, []
-    while tb is not None:
-        file = str(Path(tb.tb_frame.f_code.co_filename).resolve())
-        if file.startswith(package):
-            frames.append(f"{file}:{tb.tb_lineno}")
-        tb = tb.tb_next
-    return frames
-
-
-def assert_only_entry_frames(exc: BaseException, most: int) -> None:
-    """No kiln frame but the public entry point's (`kernel[...](...)` -> `launch`: two)."""
-    frames = kiln_frames(exc)
-    assert len(frames) <= most, frames
-    assert all(f.startswith(PUBLIC_ENTRY + ":") for f in frames), frames
-
-
 def test_kernel_error_traceback_has_no_kiln_internals() -> None:
     exc = compile_error(float_bitwise)
     assert_only_entry_frames(exc, 1)
@@ -505,105 +439,3 @@ def test_kernel_error_at_launch_has_no_kiln_internals(interp) -> None:
         float_bitwise[1, 32](np.zeros(N, np.float32))
     assert info.value.line == marked_line(float_bitwise)
     assert_only_entry_frames(info.value, 2)
-
-
-def test_shared_array_in_device_function() -> None:
-    @kiln.func
-    def makes_shared(x: f32) -> f32:
-        s = kiln.shared(f32, 4)  # error
-        s[0] = x
-        return s[0]
-
-    @kiln.kernel
-    def caller(a: f32[:]):
-        a[0] = makes_shared(a[1])
-
-    exc = compile_error(caller)
-    assert isinstance(exc, kiln.UnsupportedError) and "only be declared in kernels" in str(exc)
-    assert exc.line == marked_line(makes_shared)
-
-
-@kiln.kernel
-def shared_too_big(a: f32[:]):  # error
-    s = kiln.shared(f32, 100_000)
-    s[0] = a[0]
-    a[1] = s[0]
-
-
-def test_shared_memory_over_the_device_limit(interp) -> None:
-    with pytest.raises(kiln.DeviceFeatureError, match="400000 bytes per block") as info:
-        shared_too_big.compile(interp)
-    assert (info.value.loc.file, info.value.line) == (HERE, marked_line(shared_too_big))
-
-
-# ---------------------------------------------------------------- launches
-
-
-@kiln.kernel
-def scale(a: f32[:], out: f32[:], factor: f32, n: i32):
-    i = kiln.global_id(0)
-    if i < n:
-        out[i] = a[i] * factor
-
-
-@kiln.kernel
-def fill2d(m: f32[:, :]):
-    m[kiln.global_id(1), kiln.global_id(0)] = 1.0
-
-
-def args(**changes):
-    values = {"a": np.ones(N, np.float32), "out": np.zeros(N, np.float32), "factor": 2.0,
-              "n": N}
-    values.update(changes)
-    return tuple(values.values())
-
-
-@pytest.mark.parametrize(("launch_args", "grid", "block", "fragments"), [
-    (args()[:3], 1, 64, ["scale takes 4 argument(s)", "got 3"]),
-    (args() + (1,), 1, 64, ["scale takes 4 argument(s)", "got 5"]),
-    (args(a=np.ones(N, np.float64)), 1, 64, ["'a'", "f32[:]", "float64"]),
-    (args(a=np.ones((8, 8), np.float32)), 1, 64, ["'a'", "1-d", "(8, 8)"]),
-    (args(n=2**40), 1, 64, ["'n'", "does not fit i32"]),
-    (args(n=1.5), 1, 64, ["'n'", "expected an integer i32", "float 1.5"]),
-    (args(factor=np.ones(3, np.float32)), 1, 64, ["'factor'", "expected a scalar f32"]),
-    (args(out=3.0), 1, 64, ["'out'", "expected an array f32[:]"]),
-    (args(a="text"), 1, 64, ["'a'", "str 'text'"]),
-    (args(), 1, 4096, ["block dimension x is 4096", "limit of 1024"]),
-    (args(), 1, (32, 32, 2), ["32x32x2 = 2048 threads", "threads per block"]),
-    (args(), 0, 64, ["grid dimension x must be at least 1, got 0"]),
-    (args(), (1, 1, 1, 1), 64, ["grid must be an int or a tuple of 1 to 3 ints"]),
-    (args(), 1, 64.0, ["block must be an int or a tuple of 1 to 3 ints"]),
-], ids=["too-few", "too-many", "dtype", "ndim", "range", "float-for-int", "array-for-scalar",
-        "scalar-for-array", "string", "block-dim-too-large", "block-too-large", "zero-grid",
-        "4-d-grid", "float-block"])
-def test_launch_error(interp, launch_args, grid, block, fragments) -> None:
-    with pytest.raises(kiln.LaunchError) as info:
-        kiln.launch(scale, grid, block, launch_args, device=interp)
-    for fragment in fragments:
-        assert fragment in str(info.value)
-
-
-def test_launch_error_for_2d_array_of_wrong_ndim(interp) -> None:
-    with pytest.raises(kiln.LaunchError, match=r"'m'.*2-d"):
-        fill2d[(1, 1), (8, 8)](np.zeros(8, np.float32))
-
-
-def test_launch_error_traceback_has_no_kiln_internals(interp) -> None:
-    with pytest.raises(kiln.LaunchError) as info:
-        scale[1, 64](*args(n=2**40))
-    assert_only_entry_frames(info.value, 2)
-    with pytest.raises(kiln.LaunchError) as info:
-        kiln.launch(scale, 1, 64, args(n=2**40))
-    assert_only_entry_frames(info.value, 1)
-
-
-def test_array_on_another_device(interp, other_device) -> None:
-    a = kiln.to_device(np.ones(N, np.float32), other_device)
-    with pytest.raises(kiln.LaunchError, match=f"'a'.*{other_device.name}.*{interp.name}"):
-        kiln.launch(scale, 1, 64, args(a=a), device=interp)
-
-
-@pytest.mark.parametrize("spec", ["nonexistent", "interp:7", "interp:x"])
-def test_unknown_device(spec: str) -> None:
-    with pytest.raises(kiln.DeviceNotFoundError):
-        kiln.device(spec)

@@ -8,7 +8,9 @@ import pytest
 
 import kiln
 from kiln import f32, f32x2, f32x3, f32x4, i32, i32x4
-from tests.helpers import assert_kernel_error, marked_line
+from tests.helpers import assert_kernel_error, backend_entry, marked_line
+
+BACKENDS = [name for name in ("interp", "cpu", "opencl", "cuda") if backend_entry(name).available]
 
 
 @kiln.struct
@@ -332,3 +334,33 @@ def test_a_record_of_another_dtype_is_refused(interp: kiln.Device) -> None:
     args = [other, Point(1.0, 2.0), Circle(1.0), (1.0, 2.0, 3.0), np.zeros((4, 4), np.float32)]
     with pytest.raises(kiln.LaunchError, match="dtype Point.dtype"):
         kiln.launch(takes_records, 1, 1, args, device=interp)
+
+
+# ---------------------------------------------------------------- nested fields
+
+@kiln.struct
+class Vec2:
+    x: f32
+    y: f32
+
+
+@kiln.struct
+class Particle:
+    pos: Vec2
+    vel: Vec2
+
+
+@kiln.kernel
+def nested_field_read(ps: Particle[:], out: f32[:]):
+    i = kiln.global_id(0)
+    out[i] = ps[i].vel.y + ps[i].pos.x
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reading_a_nested_field_through_an_element(backend: str) -> None:
+    ps = np.zeros(4, Particle.dtype)
+    ps["vel"]["y"] = [1, 2, 3, 4]
+    ps["pos"]["x"] = 10
+    out = np.zeros(4, np.float32)
+    kiln.launch(nested_field_read, 1, 4, (ps, out), device=backend)
+    np.testing.assert_array_equal(out, [11, 12, 13, 14])
