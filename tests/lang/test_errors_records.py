@@ -279,7 +279,7 @@ def test_a_device_function_returning_a_vector_then_a_number() -> None:
 
 
 def test_device_functions_return_records(interp: kiln.Device) -> None:
-    """Once an error ("device functions return scalars"); tests/lang/test_errors_spellings.py
+    """Once an error ("device functions return scalars"); tests/lang/test_errors_returns.py
     has the returns that are still errors."""
     out = np.zeros(1, np.float32)
     kiln.launch(returns_record, 1, 1, (out,), device=interp)
