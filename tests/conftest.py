@@ -27,3 +27,25 @@ def mirror() -> kiln.Device:
 def other_device(interp: kiln.Device, mirror: kiln.Device) -> kiln.Device:
     """A device other than interp's."""
     return mirror
+
+
+# The marker that a test run on each backend needs (pyproject.toml registers them).
+BACKEND_MARKERS = {"cpu": "compiler", "serial": "compiler", "opencl": "compiler", "cuda": "gpu"}
+
+
+def backends_of(item: pytest.Item) -> set[str]:
+    """The backends a parametrized test runs on: parameters that name one or are a device."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return set()
+    names = {v.backend.name if isinstance(v, kiln.Device) else v for v in callspec.params.values()
+             if isinstance(v, (str, kiln.Device))}
+    return names & BACKEND_MARKERS.keys()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks each test parametrized over a backend with what that backend needs, so that
+    `-m "not compiler"` or `-m "not gpu"` leaves those runs out without marking each test."""
+    for item in items:
+        for name in backends_of(item):
+            item.add_marker(BACKEND_MARKERS[name])

@@ -22,6 +22,8 @@ import kiln
 from kiln.cli import main
 from tests.helpers import REPO, backend_entry
 
+pytestmark = pytest.mark.compiler
+
 HERE = Path(__file__).resolve().parent
 EXAMPLES = REPO / "kiln" / "examples.py"
 

@@ -26,8 +26,9 @@ from kiln.lang.records import kiln_type_of
 from tests.helpers import run_python
 
 cpu_entry = next(e for e in kiln.backends() if e.name == "cpu")
-pytestmark = pytest.mark.skipif(not cpu_entry.available,
-                                reason=f"no C compiler with OpenMP here: {cpu_entry.reason}")
+pytestmark = [pytest.mark.skipif(not cpu_entry.available,
+                                 reason=f"no C compiler with OpenMP here: {cpu_entry.reason}"),
+              pytest.mark.compiler]
 
 HELPERS = """\
 import kiln

@@ -11,7 +11,8 @@ from kiln import f32, i32
 from kiln.examples import smooth_shard, vector_add
 from tests.helpers import backend_entry, requires_backend
 
-pytestmark = requires_backend("cpu", "sharding tests split the cpu backend's device")
+pytestmark = [requires_backend("cpu", "sharding tests split the cpu backend's device"),
+              pytest.mark.compiler]
 
 
 @kiln.kernel

@@ -28,6 +28,8 @@ from kiln.backends.cpu import toolchain
 from kiln.framework import cache
 from tests.helpers import REPO, give_away, requires_backend, warnings_about
 
+pytestmark = pytest.mark.compiler
+
 BACKENDS = [pytest.param("cpu", marks=requires_backend("cpu", "no C compiler with OpenMP")),
             pytest.param("opencl", marks=requires_backend("opencl", "no OpenCL device"))]
 N = 256

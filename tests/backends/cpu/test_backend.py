@@ -10,6 +10,8 @@ from kiln import f16, f32, f64, i32, i64, u32
 from kiln.examples import TILE, block_sum, mandelbrot, matmul_tiled_square, vector_add
 from tests.helpers import backend_entry, marked_line, run_python
 
+pytestmark = pytest.mark.compiler
+
 
 @pytest.fixture(scope="module")
 def cpu() -> kiln.Device:

@@ -12,6 +12,8 @@ from kiln import f32, f64
 from kiln.examples import BLOCK, softmax_rows
 from tests.helpers import backend_entry
 
+pytestmark = pytest.mark.compiler
+
 
 @pytest.fixture(scope="module")
 def cpu() -> kiln.Device:

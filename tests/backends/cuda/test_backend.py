@@ -15,7 +15,7 @@ from kiln import f16, f32, f64, i32, i64
 from kiln.examples import block_sum, vector_add
 from tests.helpers import requires_backend
 
-pytestmark = requires_backend("cuda", "no CUDA GPU")
+pytestmark = [requires_backend("cuda", "no CUDA GPU"), pytest.mark.gpu]
 
 
 @pytest.fixture(scope="module")

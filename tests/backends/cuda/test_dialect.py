@@ -25,6 +25,8 @@ from kiln.backends.cuda.backend import compile_cached  # noqa: E402
 from kiln.conformance.coverage import conformance_kernels, kernel_programs  # noqa: E402
 from kiln.ir.passes import pipeline_for  # noqa: E402
 
+pytestmark = pytest.mark.compiler
+
 PTX_OPTIONS = kiln_nvrtc.options_for("sm_90", "ptx")
 KERNELS = sorted(conformance_kernels(), key=lambda k: k.name)
 

@@ -9,7 +9,7 @@ import kiln
 from kiln import f32, i32
 from tests.helpers import requires_backend
 
-pytestmark = requires_backend("cuda", "no CUDA GPU")
+pytestmark = [requires_backend("cuda", "no CUDA GPU"), pytest.mark.gpu]
 
 
 @kiln.kernel

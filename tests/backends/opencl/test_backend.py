@@ -16,7 +16,7 @@ from kiln.conformance.cases.algorithms import shifted_cubes
 from kiln.examples import block_sum, vector_add
 from tests.helpers import TESTS, marked_line, requires_backend, run_python
 
-pytestmark = requires_backend("opencl", "no OpenCL device")
+pytestmark = [requires_backend("opencl", "no OpenCL device"), pytest.mark.compiler]
 
 
 @pytest.fixture(scope="module")

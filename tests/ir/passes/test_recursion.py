@@ -13,6 +13,8 @@ import kiln
 from kiln import i32
 from tests.helpers import marked_line, requires_backend
 
+pytestmark = pytest.mark.compiler
+
 SPIN = 1 << 30  # iterations a kernel waits for the host's flag at most (seconds of work)
 
 
