@@ -29,6 +29,7 @@ def kiln_command(*argv: str) -> subprocess.CompletedProcess:
 
 
 @needs_matplotlib
+@pytest.mark.slow
 def test_bench_plot_draws_every_implementation(tmp_path: Path) -> None:
     picture = tmp_path / "throughput.svg"
     done = kiln_command("bench", "--backend", "interp", "--only", "sizes", "--quick",

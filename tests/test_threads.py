@@ -14,6 +14,8 @@ import kiln
 from kiln import f32
 from tests.helpers import backend_entry
 
+pytestmark = pytest.mark.slow
+
 THREADS, ROUNDS = 8, 12
 SOURCE = '''
 import kiln

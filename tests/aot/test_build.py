@@ -22,7 +22,7 @@ import kiln
 from kiln.cli import main
 from tests.helpers import REPO, backend_entry
 
-pytestmark = pytest.mark.compiler
+pytestmark = [pytest.mark.compiler, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = REPO / "kiln" / "examples.py"

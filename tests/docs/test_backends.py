@@ -15,6 +15,8 @@ import kiln
 from kiln.framework import backend as contract
 from tests.helpers import REPO
 
+pytestmark = pytest.mark.slow
+
 DOC = REPO / "docs" / "backends.md"
 EXAMPLES = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
 

@@ -12,6 +12,8 @@ import pytest
 
 from tests.helpers import REPO
 
+pytestmark = pytest.mark.slow
+
 DOC = REPO / "docs" / "scale-out.md"
 EXAMPLES = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
 

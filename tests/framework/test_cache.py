@@ -108,6 +108,7 @@ cache.write_entry(path, b"x" * (1 << 30))  # 1 GiB in 1 MiB chunks: killed long 
 """
 
 
+@pytest.mark.slow
 def test_a_kill_during_a_write_leaves_no_entry(cache_dir: Path) -> None:
     path = cache_dir / "test" / "victim.bin"
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE)
@@ -142,6 +143,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_concurrent_processes_compile_the_same_kernel(cache_dir: Path, tmp_path: Path) -> None:
     import kiln
 

@@ -203,6 +203,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_read_only_cache_is_read_and_new_kernels_compile(backend: str,
                                                            tmp_path: Path) -> None:

@@ -1127,7 +1127,7 @@ SUITE_SETTINGS = settings(max_examples=30, stateful_step_count=40, derandomize=T
 once kiln's kernel cache is warm."""
 
 HostMachine.TestCase.settings = SUITE_SETTINGS
-test_host_api_against_a_numpy_model = HostMachine.TestCase
+test_host_api_against_a_numpy_model = pytest.mark.slow(HostMachine.TestCase)
 
 
 # -- regressions: what the machine found, one test each, on every backend ----------------
