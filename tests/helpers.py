@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 
 import kiln
+from kiln import f32, i32
 from kiln.backends.interp import InterpBackend
 from kiln.framework.registry import BackendEntry
+from kiln.ir import nodes as ir
+from kiln.ir.types import Type, void
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
@@ -113,3 +116,33 @@ def warnings_about(caplog: pytest.LogCaptureFixture, *fragments: str) -> list[st
     """The compile cache's warnings that hold every fragment."""
     return [r.getMessage() for r in caplog.records if r.name == "kiln.cache"
             and r.levelno == logging.WARNING and all(f in r.getMessage() for f in fragments)]
+
+
+# ---------------------------------------------------------------- IR built by hand
+
+LOC = ir.Loc("kernel.py", 7, 4)  # where hand-built IR says it comes from
+
+
+def var(name: str, t: Type = i32) -> ir.Var:
+    """A variable of hand-built IR."""
+    return ir.Var(t, name)
+
+
+def const(value: int | float | bool, t: Type = i32) -> ir.Const:
+    """A constant of hand-built IR."""
+    return ir.Const(t, value)
+
+
+def kernel_program(body: list[ir.Stmt], locals_: dict[str, Type] | None = None,
+                   params: tuple[tuple[str, Type], ...] = (("a", f32[:]), ("n", i32)),
+                   functions: list[ir.Function] | None = None) -> ir.Program:
+    """A program whose kernel `k` has `body` (hand-built IR, for passes' unit tests)."""
+    kernel = ir.Function("k", [ir.Param(n, t) for n, t in params], void, body,
+                         dict(locals_ or {}), is_kernel=True, loc=LOC)
+    return ir.Program(kernel, functions or [])
+
+
+def at_loc(stmt: ir.Stmt) -> ir.Stmt:
+    """`stmt`, located at LOC."""
+    stmt.loc = LOC
+    return stmt
