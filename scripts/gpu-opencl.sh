@@ -3,8 +3,8 @@
 #
 # Registers NVIDIA's OpenCL driver (present there, but with no ICD file), installs pyopencl
 # (and PoCL, PyPI's pocl-binary-distribution) from carried wheels, runs `kiln check` on every
-# OpenCL device and tests/test_opencl.py on the GPU, then benchmarks NVIDIA OpenCL against the
-# cuda backend. The summary goes to $OUT/gpu-opencl-output.md (committed as
+# OpenCL device and tests/backends/opencl/test_backend.py on the GPU, then benchmarks
+# NVIDIA OpenCL against the cuda backend. The summary goes to $OUT/gpu-opencl-output.md (committed as
 # benchmarks/gpu-opencl-output.md).
 #
 # Wheels (made on the development machine, for the device's Python 3.12):
@@ -74,11 +74,11 @@ print('\n'.join(c.name for c in all_cases()))" | xargs -P 8 -I{} sh -c \
     } >> "$summary"
 done
 
-"$PY" -m pytest -q -p no:cacheprovider tests/test_opencl.py > "$OUT/pytest-opencl.log" 2>&1 \
-    || status=1
+"$PY" -m pytest -q -p no:cacheprovider tests/backends/opencl/test_backend.py \
+    > "$OUT/pytest-opencl.log" 2>&1 || status=1
 {
     echo
-    echo "## pytest tests/test_opencl.py (on the best OpenCL device, the GPU)"
+    echo "## pytest tests/backends/opencl/test_backend.py (on the best OpenCL device, the GPU)"
     echo '```'
     grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest-opencl.log" | tail -15
     echo '```'

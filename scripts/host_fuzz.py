@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A longer run of the host API's state machine (tests/test_host_stateful.py) than the
-suite's: random programs of allocations, views, copies, streams, events, launches, sharded
+"""A longer run of the host API's state machine (tests/runtime/test_host_stateful.py)
+than the suite's: random programs of allocations, views, copies, streams, events, launches, sharded
 launches and threads on every available backend, checked against a NumPy model.
 
     .venv/bin/python scripts/host_fuzz.py --minutes 20
@@ -23,7 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent.parent / "tests"
+REPO = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:
@@ -41,8 +41,8 @@ def main() -> int:
         os.environ["KILN_SKIP_KNOWN_DEFECTS"] = "1"
     if args.backends:
         os.environ["KILN_HOST_FUZZ_BACKENDS"] = args.backends
-    sys.path.insert(0, str(TESTS))
-    import test_host_stateful as machine
+    sys.path.insert(0, str(REPO))
+    from tests.runtime import test_host_stateful as machine
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis.stateful import run_state_machine_as_test
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-from conftest import REPO, requires_backend
-
 import kiln
+from tests.helpers import REPO, requires_backend
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 bench_cpu = importlib.import_module("bench_cpu")  # benchmarks/ is no package

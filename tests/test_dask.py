@@ -12,11 +12,13 @@ import time
 
 import numpy as np
 import pytest
-from conftest import requires_backend
 
 import kiln
 from kiln import f32, i32
 from kiln.examples import smooth_shard
+from tests.helpers import requires_backend
+
+pytestmark = pytest.mark.slow
 
 da = pytest.importorskip("dask.array", reason="kiln[dask] (dask) is not installed")
 distributed = pytest.importorskip("distributed", reason="kiln[dask] (distributed) is not "

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import backend_entry
 
 import kiln
 from kiln import f32
+from tests.helpers import backend_entry
+
+pytestmark = pytest.mark.slow
 
 THREADS, ROUNDS = 8, 12
 SOURCE = '''

@@ -21,7 +21,7 @@ scalar accesses, from the last component down:
 The backward order matters: NVVM splits a `float4` copy into four scalar accesses and joins
 them again later, and in between it would move an access the two branches share at their
 end (or start) out of the branch, leaving a `v2` and two scalars; going backwards, the
-branches share none. tests/test_vector_access.py checks the PTX for it.
+branches share none. tests/codegen/test_vectors.py checks the PTX for it.
 
 A store computes its components into a vector first, in order, then stores it (the body's
 values never read the array stored to). Private arrays keep their scalar accesses, so that

@@ -1,5 +1,5 @@
 """Kernels the C program in unseen_client.c was written without seeing: it knows only the
-header and manifest that `kiln build` writes for them (tests/test_aot.py)."""
+header and manifest that `kiln build` writes for them (tests/aot/test_build.py)."""
 
 import kiln
 from kiln import f64, i32, u8
