@@ -21,9 +21,9 @@ from kiln.execution.fingerprint import fingerprint
 from kiln.execution.kernelcache import _dumps, kernel_key
 from kiln.framework import cache
 from kiln.ir.enums import MemorySpace
+from kiln.ir.hosttypes import kiln_type_of
 from kiln.ir.printer import format_program
 from kiln.ir.types import ArrayType, ConstexprType
-from kiln.lang.records import kiln_type_of
 
 cpu_entry = next(e for e in kiln.backends() if e.name == "cpu")
 pytestmark = pytest.mark.skipif(not cpu_entry.available,

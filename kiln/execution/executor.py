@@ -25,6 +25,7 @@ from ..framework.backend import (
     supports,
 )
 from ..framework.registry import registry
+from ..ir.hosttypes import kiln_type_of
 from ..ir.ranges import MAX_BLOCK_THREADS, MAX_GLOBAL
 from ..ir.types import (
     SCALAR_BY_DTYPE,
@@ -37,7 +38,7 @@ from ..ir.types import (
     is_aggregate,
     literal_type,
 )
-from ..lang.records import argument_error, kiln_type_of
+from ..lang.records import argument_error
 from ..runtime.array import DeviceArray, DeviceArrayView, stage_host
 from ..runtime.device import Device, Stream, as_stream, stream_on
 from ..runtime.device import device as resolve_device
