@@ -1,6 +1,7 @@
 """The layer stack of docs/architecture.md, enforced: every import in kiln/ goes down the
-stack (or stays in its layer), no two packages import each other, and imports inside
-functions are kept for optional third-party modules that are slow to load or absent.
+stack (or stays in its layer), no two packages import each other, the modules of the
+packages in `ORDER` import only modules below them, and imports inside functions are kept
+for optional third-party modules that are slow to load or absent.
 
 The check reads the source with `ast`, so it sees imports at any depth (functions,
 `if TYPE_CHECKING:` blocks) without importing anything.
@@ -18,9 +19,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("kiln.errors", "kiln.version", "kiln.stdio")),
     ("ir", ("kiln.ir", "kiln.options")),
     ("passes", ("kiln.ir.passes",)),
-    ("frontend", ("kiln.lang",)),
     ("contract", ("kiln.framework",)),
     ("runtime", ("kiln.runtime",)),
+    ("frontend", ("kiln.lang",)),
     ("execution", ("kiln.execution",)),
     ("codegen", ("kiln.codegen",)),
     ("backends", ("kiln.backends",)),
@@ -59,6 +60,25 @@ TYPE_ONLY_UPWARD: dict[tuple[str, str], str] = {
 }
 """Annotation-only (`if TYPE_CHECKING:`) imports allowed to name a type from a higher
 layer, as (importer prefix, imported module) with the reason. They do not run."""
+
+ORDER: dict[str, tuple[str, ...]] = {
+    "kiln.ir": ("enums", "types", "hosttypes", "nodes", "visit", "abi", "analysis",
+                "intrinsics", "ranges", "printer", "target"),
+    "kiln.runtime": ("device", "host", "array", "status", "interop", "graph"),
+    "kiln.execution": ("fingerprint", "tablewatch", "arguments", "state", "kernelcache",
+                       "drivers", "fastpath", "executor", "kernel", "raw", "sharding"),
+}
+"""The modules of a package, bottom to top: none imports one above it (its `__init__` is
+on top). Every module of a listed package is listed. Packages whose modules call each other
+through one object are not (`kiln.lang`: the frontend's parts through its builder)."""
+
+UPWARD_IN_PACKAGE: dict[tuple[str, str], str] = {
+    ("kiln.runtime.device", "kiln.runtime.status"):
+        "a stream keeps the status watches of the launches queued on it, to read them after "
+        "a synchronisation; a watch holds a device array, which needs a device",
+}
+"""Annotation-only imports allowed to name a module above the importer in `ORDER`, as
+(importer, imported module) with the reason. They do not run."""
 
 
 @dataclass(frozen=True)
@@ -206,6 +226,37 @@ def test_no_cycles_between_packages() -> None:
                 cycles.append(f"{imp.where()}: {a} -> {' -> '.join(path)} "
                               f"(back at {back.where()})")
     assert not cycles, "import cycles between packages:\n" + "\n".join(cycles)
+
+
+def test_every_module_of_an_ordered_package_is_in_its_order() -> None:
+    for package, order in ORDER.items():
+        folder = ROOT.parent.joinpath(*package.split("."))
+        modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+        assert modules == set(order), (
+            f"ORDER[{package!r}] in {__file__} lists {sorted(set(order) - modules)} that do "
+            f"not exist and misses {sorted(modules - set(order))}: put each new module "
+            "above the modules it imports")
+
+
+def _rank(module: str) -> tuple[str, int] | None:
+    """The ordered package of `module` and its place there (its `__init__`: the top)."""
+    if module in ORDER:
+        return module, len(ORDER[module])
+    package, _, name = module.rpartition(".")
+    order = ORDER.get(package)
+    return (package, order.index(name)) if order is not None and name in order else None
+
+
+def test_imports_go_down_the_order_inside_packages() -> None:
+    upward = []
+    for imp in KILN:
+        mine, theirs = _rank(imp.importer), _rank(imp.target)
+        if mine is None or theirs is None or mine[0] != theirs[0] or theirs[1] <= mine[1]:
+            continue
+        if not (imp.type_only and (imp.importer, imp.target) in UPWARD_IN_PACKAGE):
+            upward.append(f"{imp.where()}: {imp.importer} imports {imp.target}, above it in "
+                          f"ORDER[{mine[0]!r}]")
+    assert not upward, "imports up the order inside a package:\n" + "\n".join(upward)
 
 
 def _path(edges: dict[str, dict[str, Import]], start: str, goal: str) -> list[str] | None:

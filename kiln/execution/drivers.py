@@ -30,10 +30,10 @@ from ..ir.nodes import Program
 from ..ir.passes.bounds import check_bounds
 from ..ir.types import ArrayType, Type
 from .kernelcache import kernel_key
+from .state import LaunchState, ProgramSource
 
 if TYPE_CHECKING:
     from ..runtime.device import Device
-    from .kernel import Kernel
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,15 @@ class Built:
 
 
 class ExecutionDriver(ABC):
-    """Builds launchables for the backends of one execution model."""
+    """Builds launchables for the backends of one execution model, from a kernel's launch
+    state (`kiln.execution.state.LaunchState`: its name, signature, options, Python
+    function and `program(arg_types)`)."""
 
     @abstractmethod
-    def build(self, kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> Built: ...
+    def build(self, kernel: LaunchState, arg_types: tuple[Type, ...], device: Device) -> Built: ...
 
 
-def frontend(kernel: Kernel, arg_types: tuple[Type, ...], backend: Backend) -> Program:
+def frontend(kernel: ProgramSource, arg_types: tuple[Type, ...], backend: Backend) -> Program:
     """The program `backend`'s pipeline receives: the frontend's, and with `debug=True`
     its bounds checks (`kiln.ir.passes.bounds`: of views only, where the backend checks
     every array access itself)."""
@@ -64,7 +66,7 @@ def frontend(kernel: Kernel, arg_types: tuple[Type, ...], backend: Backend) -> P
                         arrays=not backend.checks_bounds)
 
 
-def lower(kernel: Kernel, arg_types: tuple[Type, ...], device: Device
+def lower(kernel: LaunchState, arg_types: tuple[Type, ...], device: Device
           ) -> tuple[Program, frozenset[str]]:
     """The frontend, then the backend's pipeline: the lowered program and the names of the
     (original) parameters it may write."""
@@ -89,7 +91,7 @@ def written_by(original: Program, program: Program) -> frozenset[str]:
 class JITDriver(ExecutionDriver):
     """Compile (or find in the kernel cache, before the frontend) and load."""
 
-    def build(self, kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> Built:
+    def build(self, kernel: LaunchState, arg_types: tuple[Type, ...], device: Device) -> Built:
         backend = device.backend
         assert isinstance(backend, JITBackend)
         stored = kernel_key(kernel, arg_types, device)
@@ -113,7 +115,7 @@ class DirectProgram:
 
 
 class DirectDriver(ExecutionDriver):
-    def build(self, kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> Built:
+    def build(self, kernel: LaunchState, arg_types: tuple[Type, ...], device: Device) -> Built:
         backend = device.backend
         assert isinstance(backend, DirectBackend)
         program, written = lower(kernel, arg_types, device)
@@ -126,7 +128,7 @@ class CustomDriver(ExecutionDriver):
     (records split, run-time checks, written arrays copied back); any other receives the
     arguments as passed, and every array may be written."""
 
-    def build(self, kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> Built:
+    def build(self, kernel: LaunchState, arg_types: tuple[Type, ...], device: Device) -> Built:
         backend = device.backend
         assert isinstance(backend, CustomBackend)
         request = KernelRequest(kernel.name, kernel.pyfunc, arg_types, kernel.options,

@@ -1,23 +1,31 @@
 """The one executor: validate -> specialise -> launch.
 
-Every launch goes through `launch`. Specialisations are cached per kernel by
-(argument types, device, backend build identity); the first launch of a signature asks
-the driver of the backend's execution model for a launchable (`kiln.execution.drivers`).
+Every launch goes through `launch`. Specialisations are cached in the kernel's launch state
+(`kiln.execution.state`) by (argument types, device, backend build identity); the first
+launch of a signature asks the driver of the backend's execution model for a launchable
+(`kiln.execution.drivers`).
 """
 
 from __future__ import annotations
 
-import weakref
+import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..errors import DeviceMismatchError, LaunchError
-from ..framework.backend import Dim3, FastLaunch, InlineLaunch, Launchable, supports
+from ..framework.backend import (
+    Dim3,
+    FastLaunch,
+    InlineLaunch,
+    Launchable,
+    PreparesLaunch,
+    supports,
+)
 from ..framework.registry import registry
-from ..ir.nodes import Program
+from ..ir.hosttypes import kiln_type_of
 from ..ir.ranges import MAX_BLOCK_THREADS, MAX_GLOBAL
 from ..ir.types import (
     SCALAR_BY_DTYPE,
@@ -30,7 +38,7 @@ from ..ir.types import (
     is_aggregate,
     literal_type,
 )
-from ..lang.records import argument_error, kiln_type_of
+from ..lang.records import argument_error
 from ..runtime.array import DeviceArray, DeviceArrayView, stage_host
 from ..runtime.device import Device, Stream, as_stream, stream_on
 from ..runtime.device import device as resolve_device
@@ -39,30 +47,7 @@ from ..runtime.status import StatusWatch
 from .arguments import lowered_arguments
 from .drivers import driver_for
 from .fastpath import remember, try_plan
-
-if TYPE_CHECKING:
-    from .kernel import Kernel
-
-
-@dataclass
-class Specialization:
-    """A kernel ready to run on one device for one argument-type signature."""
-
-    program: Program | None  # None where a CUSTOM backend took the kernel before the frontend
-    routine: Launchable
-    written: frozenset[str]  # names of array parameters the kernel may write
-    device: Device
-    watches: weakref.WeakKeyDictionary[Stream, StatusWatch] = field(
-        default_factory=weakref.WeakKeyDictionary)
-
-    def watch(self, stream: Stream) -> StatusWatch | None:
-        """The status of this kernel's run-time checks on `stream` (None without checks)."""
-        if self.program is None or not self.program.checks:
-            return None
-        found = self.watches.get(stream)
-        if found is None:
-            found = self.watches[stream] = StatusWatch(self.program.checks, stream)
-        return found
+from .state import LaunchState, Specialization
 
 
 def as_dim3(value: int | Sequence[int], what: str) -> Dim3:
@@ -216,7 +201,7 @@ def launch_device(name: str, args: Sequence[Any], device: Device | str | None,
     return dev
 
 
-def specialize(kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> Specialization:
+def specialize(kernel: LaunchState, arg_types: tuple[Type, ...], device: Device) -> Specialization:
     """Build (or fetch from the kernel's cache) the launchable for one signature and device,
     through the driver of the backend's execution model (`kiln.execution.drivers`)."""
     kernel.check_tables()
@@ -229,7 +214,7 @@ def specialize(kernel: Kernel, arg_types: tuple[Type, ...], device: Device) -> S
     return spec
 
 
-def check_arity(kernel: Kernel, args: Sequence[Any]) -> None:
+def check_arity(kernel: LaunchState, args: Sequence[Any]) -> None:
     params = kernel.signature
     if len(args) != len(params):
         names = ", ".join(name for name, _ in params)
@@ -238,14 +223,14 @@ def check_arity(kernel: Kernel, args: Sequence[Any]) -> None:
         )
 
 
-def bind_arguments(kernel: Kernel, args: Sequence[Any]) -> tuple[Type, ...]:
+def bind_arguments(kernel: LaunchState, args: Sequence[Any]) -> tuple[Type, ...]:
     check_arity(kernel, args)
     params = kernel.signature
     return tuple(check_argument(kernel.name, name, i, expected, value)
                  for i, ((name, expected), value) in enumerate(zip(params, args)))
 
 
-def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int],
+def launch(kernel: LaunchState, grid: int | Sequence[int], block: int | Sequence[int],
            args: Sequence[Any], device: Device | str | None = None,
            stream: Stream | None = None) -> None:
     """Validate, specialise and run one launch (asynchronously where the backend can)."""
@@ -293,7 +278,7 @@ class BoundLaunch:
     watch: StatusWatch | None  # the kernel's run-time checks, armed after each launch
 
 
-def bind_launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int],
+def bind_launch(kernel: LaunchState, grid: int | Sequence[int], block: int | Sequence[int],
                 args: Sequence[Any], device: Device | str | None = None,
                 stream: Stream | None = None) -> BoundLaunch:
     """Validate and specialise a launch; NumPy arguments are queued for the device."""
@@ -317,7 +302,7 @@ def bind_launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence
                        copy_back, dev, stream, watch)
 
 
-def _check_writable(kernel: Kernel, args: Sequence[Any], spec: Specialization) -> None:
+def _check_writable(kernel: LaunchState, args: Sequence[Any], spec: Specialization) -> None:
     """Refuse, before anything is queued, a read-only NumPy array the kernel may write:
     the launch would copy its results back into it."""
     for position, ((name, _), value) in enumerate(zip(kernel.signature, args)):
@@ -347,7 +332,7 @@ def adopt_foreign(args: Sequence[Any]) -> Sequence[Any]:
 _NATIVE_ARGS = (DeviceArray, np.ndarray, bool, int, float, np.generic)
 
 
-def _to_device_args(kernel: Kernel, args: Sequence[Any], arg_types: tuple[Type, ...],
+def _to_device_args(kernel: LaunchState, args: Sequence[Any], arg_types: tuple[Type, ...],
                     spec: Specialization, stream: Stream
                     ) -> tuple[list[Any], list[tuple[np.ndarray, DeviceArray]]]:
     """NumPy arrays go to the device (written ones come back); scalars take their type;
@@ -372,3 +357,28 @@ def _to_device_args(kernel: Kernel, args: Sequence[Any], arg_types: tuple[Type, 
         types = [t for t in arg_types if not isinstance(t, ConstexprType)]
         out = lowered_arguments(types, params, out)
     return out, copy_back
+
+
+class PreparedLaunch:
+    """`kernel.prepare(grid, block, *args)`: a launch checked and packed once; each call
+    runs it again with no checks (the arguments' contents may change, not the arguments).
+
+    A launchable that `PreparesLaunch` packs its parameters once (CUDA, OpenCL).
+    """
+
+    def __init__(self, kernel_name: str, bound: BoundLaunch) -> None:
+        if bound.copy_back or any(isinstance(a, np.ndarray) for a in bound.args):
+            raise LaunchError(f"prepare({kernel_name}): pass device arrays, not NumPy arrays")
+        routine = bound.routine
+        if supports(routine, PreparesLaunch):
+            self._run = routine.prepare_launch(bound.grid, bound.block, bound.device_args,
+                                               bound.stream.handle)
+        else:
+            self._run = functools.partial(routine.launch, bound.grid, bound.block,
+                                          bound.device_args, bound.stream.handle)
+        self.bound = bound
+
+    def __call__(self) -> None:
+        self._run()
+        if self.bound.watch is not None:
+            self.bound.watch.arm()

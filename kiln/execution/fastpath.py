@@ -11,25 +11,18 @@ the plan declines and the executor's full path runs (and remembers a new plan).
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..errors import LaunchError
-from ..framework.backend import PreparesLaunch, supports
 from ..ir.types import ConstexprType, ScalarType, Type, i32
 from ..runtime.array import DeviceArray
+from ..runtime.device import Device
+from .state import LaunchState
+from .tablewatch import TableWatch
 
-if TYPE_CHECKING:
-    from ..runtime.device import Device
-    from .executor import BoundLaunch
-    from .kernel import Kernel
-    from .tablewatch import TableWatch
-
-Plan = Callable[[Sequence[Any]], bool]
 _SCALAR_TYPES = (bool, int, float, np.generic)
 MAX_PLANS = 64
 """Plans kept per kernel (one per grid, block, device and stream), as its launchers."""
@@ -42,7 +35,7 @@ def plan_key(grid: Any, block: Any, device: Any, stream: Any) -> tuple[Any, ...]
     return (grid, block, device, None if stream is None else id(stream))
 
 
-def try_plan(kernel: Kernel, grid: Any, block: Any, device: Any, stream: Any,
+def try_plan(kernel: LaunchState, grid: Any, block: Any, device: Any, stream: Any,
              args: Sequence[Any]) -> bool:
     """Run the launch through a remembered plan; False when none applies."""
     try:
@@ -52,7 +45,7 @@ def try_plan(kernel: Kernel, grid: Any, block: Any, device: Any, stream: Any,
     return plan is not None and plan(args)
 
 
-def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
+def remember(kernel: LaunchState, key: tuple[Any, ...], args: Sequence[Any],
              arg_types: tuple[Type, ...], dev: Device, call: Callable[..., None] | None,
              before: tuple[Any, ...], after: tuple[Any, ...], convert: bool = True,
              inline: tuple[dict[str, Any], list[str]] | None = None,
@@ -127,27 +120,3 @@ def remember(kernel: Kernel, key: tuple[Any, ...], args: Sequence[Any],
     if stream is not None:
         weakref.finalize(stream, kernel.launch_plans.pop, key, None)
 
-
-class PreparedLaunch:
-    """`kernel.prepare(grid, block, *args)`: a launch checked and packed once; each call
-    runs it again with no checks (the arguments' contents may change, not the arguments).
-
-    A launchable that `PreparesLaunch` packs its parameters once (CUDA, OpenCL).
-    """
-
-    def __init__(self, kernel_name: str, bound: BoundLaunch) -> None:
-        if bound.copy_back or any(isinstance(a, np.ndarray) for a in bound.args):
-            raise LaunchError(f"prepare({kernel_name}): pass device arrays, not NumPy arrays")
-        routine = bound.routine
-        if supports(routine, PreparesLaunch):
-            self._run = routine.prepare_launch(bound.grid, bound.block, bound.device_args,
-                                               bound.stream.handle)
-        else:
-            self._run = functools.partial(routine.launch, bound.grid, bound.block,
-                                          bound.device_args, bound.stream.handle)
-        self.bound = bound
-
-    def __call__(self) -> None:
-        self._run()
-        if self.bound.watch is not None:
-            self.bound.watch.arm()

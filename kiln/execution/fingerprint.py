@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import types as kiln_types
+from ..ir.hosttypes import kiln_type_of
 from ..ir.types import (
     ArrayType,
     ConstexprType,
@@ -39,7 +40,7 @@ from ..lang import builtins as kiln_builtins
 from ..lang import functions, records
 from ..lang.builtins import KernelOnly
 from ..lang.functions import Compilable
-from ..lang.records import Variant, field_defaults, kiln_type_of
+from ..lang.records import Variant, field_defaults
 from ..lang.source import ParsedFunction, parse_function
 
 _MISSING = object()

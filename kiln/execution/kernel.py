@@ -25,16 +25,23 @@ from ..options import KernelOptions
 from ..runtime.device import device as resolve_device
 from ..runtime.device import devices_of
 from .drivers import frontend
-from .executor import adopt_foreign, bind_launch, check_arity, launch_device, specialize
+from .executor import (
+    PreparedLaunch,
+    adopt_foreign,
+    bind_launch,
+    check_arity,
+    launch_device,
+    specialize,
+)
 from .executor import launch as execute_launch
-from .fastpath import PreparedLaunch, plan_key
+from .fastpath import plan_key
+from .state import LaunchState, Plan, Specialization
 from .tablewatch import TableWatch
 
 if TYPE_CHECKING:
     from ..framework.backend import Backend
     from ..ir.nodes import Program
     from ..runtime.device import Device, Stream
-    from .executor import Specialization
 
 F = TypeVar("F", bound=Callable[..., Any])
 Sizing: TypeAlias = "tuple[SizedKernel, Dim3, Dim3, tuple[int, ...]] | None"
@@ -62,8 +69,9 @@ class Kernel(Compilable):
 
     def __init__(self, pyfunc: Callable[..., Any], options: KernelOptions) -> None:
         super().__init__(pyfunc, options)
-        self.specializations: dict[Any, Specialization] = {}
-        self.launch_plans: dict[Any, Callable[..., bool]] = {}  # see execution.fastpath
+        self.launch_state = LaunchState(self, self.program, self.built, self.check_tables,
+                                        self.tables)
+        """What the launch engine keeps for this kernel (`kiln.execution.state`)."""
         self._launchers: dict[Any, Launcher] = {}
         self._programs: dict[tuple[tuple[Type, ...], bool], Program] = {}
         self.frontend_runs = 0
@@ -72,6 +80,16 @@ class Kernel(Compilable):
         self._sized: dict[int, SizedKernel] = {}
         self._sizings: dict[Any, Sizing] = {}
         self._tables: TableWatch | None = None
+
+    @property
+    def specializations(self) -> dict[Any, Specialization]:
+        """The compiled kernels, by argument types, device and backend build identity."""
+        return self.launch_state.specializations
+
+    @property
+    def launch_plans(self) -> dict[Any, Plan]:
+        """The fast path's plans, by launch configuration (`kiln.execution.fastpath`)."""
+        return self.launch_state.launch_plans
 
     def tables(self) -> TableWatch:
         """The constant tables this kernel reads, as it was built with them."""
@@ -95,8 +113,7 @@ class Kernel(Compilable):
         table changed): the next launch builds the kernel again, with the tables' new values."""
         for compiled in (self, *self._sized.values()):
             compiled._programs.clear()
-            compiled.specializations.clear()
-            compiled.launch_plans.clear()
+            compiled.launch_state.clear()
             compiled._launchers.clear()
         self._tables = None
 
@@ -193,7 +210,7 @@ class Kernel(Compilable):
         if not isinstance(b, JITBackend):
             raise UnsupportedError(f"the {b.name} backend generates no source (it runs the "
                                    f"IR itself): print {self.name}.ir() instead")
-        program = frontend(self, self._types(types), b)
+        program = frontend(self.launch_state, self._types(types), b)
         devices = devices_of(registry.get(b.name))
         for stage in b.pipeline(devices[0]) if devices else target_pipeline(b):
             program = stage(program)
@@ -203,13 +220,13 @@ class Kernel(Compilable):
     def prepare(self, grid: Any, block: Any, *args: Any, device: Device | str | None = None,
                 stream: Stream | None = None) -> PreparedLaunch:
         """Check and pack a launch once; calling the result launches it again, unchecked."""
-        return PreparedLaunch(self.name, bind_launch(self, grid, block, adopt_foreign(args),
-                                                     device, stream))
+        return PreparedLaunch(self.name, bind_launch(self.launch_state, grid, block,
+                                                     adopt_foreign(args), device, stream))
 
     @_user_facing
     def compile(self, device: Device | str | None = None, *types: Type) -> Specialization:
         """Compile ahead of a launch."""
-        return specialize(self, self._types(types), resolve_device(device))
+        return specialize(self.launch_state, self._types(types), resolve_device(device))
 
 
 def _exact_size(dim: Any) -> bool:
@@ -261,17 +278,18 @@ class Launcher:
 
     def __init__(self, kernel: Kernel, grid: Any, block: Any, stream: Stream | None = None):
         self.kernel, self.grid, self.block, self.stream = kernel, grid, block, stream
-        self.plan: Callable[..., bool] | None = None
+        self.plan: Plan | None = None
 
     def __call__(self, *args: Any) -> None:
         plan = self.plan  # the fast path (execution.fastpath); it declines what it cannot run
         if plan is None or not plan(args):
+            state = self.kernel.launch_state
             try:
-                execute_launch(self.kernel, self.grid, self.block, args, None, self.stream)
+                execute_launch(state, self.grid, self.block, args, None, self.stream)
             except (KernelError, LaunchError) as exc:  # one frame, not kiln's internals
                 raise exc.with_traceback(None) from None
             with contextlib.suppress(TypeError):  # an unhashable grid or block: no plan
-                self.plan = self.kernel.launch_plans.get(
+                self.plan = state.launch_plans.get(
                     plan_key(self.grid, self.block, None, self.stream))
 
 
@@ -304,18 +322,18 @@ def launch(kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[A
         if grid is None or block is None:
             raise LaunchError(f"launching {kernel.name} needs dim=n (one thread per element) "
                               "or both grid= and block=")
-        execute_launch(kernel, grid, block, args, device, stream)
+        execute_launch(kernel.launch_state, grid, block, args, device, stream)
         return
     if grid is not None or block is not None:
         raise LaunchError(f"launching {kernel.name}: give dim= or grid= and block=, not both "
                           "(dim chooses the grid and the block)")
     dev = launch_device(kernel.name, args, device, stream)
     sizing = kernel.sizing(dim, dev)
-    check_arity(kernel, args)
+    check_arity(kernel.launch_state, args)
     if sizing is not None:
         sized, grid3, block3, shape = sizing
-        execute_launch(sized, grid3, block3, (*args, *shape), dev if device is not None else None,
-                       stream)
+        execute_launch(sized.launch_state, grid3, block3, (*args, *shape),
+                       dev if device is not None else None, stream)
 
 
 def caller_loc() -> Loc | None:

@@ -44,10 +44,10 @@ from ..ir.nodes import Program
 from ..ir.types import SCALAR_BY_NAME, ScalarType, StructType, Type
 from ..version import __version__
 from .fingerprint import NotFingerprintable, fingerprint, type_fingerprint
+from .state import LaunchState
 
 if TYPE_CHECKING:
     from ..runtime.device import Device
-    from .kernel import Kernel
 
 SUFFIX = ".kernel"
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -105,7 +105,7 @@ class KernelKey:
             logger.warning("%s: cannot write the kernel cache (%s)", self.label, exc)
 
 
-def kernel_key(kernel: Kernel, arg_types: Sequence[Type], device: Device) -> KernelKey | None:
+def kernel_key(kernel: LaunchState, arg_types: Sequence[Type], device: Device) -> KernelKey | None:
     """The kernel key for one launch signature, or None when the device's backend is no JIT
     backend, the kernel reads something `kiln.execution.fingerprint` cannot fingerprint, or
     the signature's program was built already (for another device): the fingerprint reads
@@ -127,7 +127,7 @@ def kernel_key(kernel: Kernel, arg_types: Sequence[Type], device: Device) -> Ker
             "device": capabilities_identity(device.capabilities),
             "intrinsics": intrinsics_identity(backend.intrinsic_namespaces),
             "types": [type_fingerprint(t) for t in arg_types],
-            "kernel": fingerprint(kernel),
+            "kernel": fingerprint(kernel.function),
         }
     except NotFingerprintable as exc:
         logger.info("%s: no kernel key (%s)", label, exc)

@@ -12,6 +12,7 @@ import ast
 
 from ..errors import ArityError, KernelError, KernelTypeError, UnknownNameError, UnsupportedError
 from ..ir import nodes as ir
+from ..ir.hosttypes import kiln_type_of, type_from_object
 from ..ir.types import (
     COMPONENTS,
     ArrayType,
@@ -25,7 +26,7 @@ from ..ir.types import (
 )
 from .conversions import cast, convert, element_type, literal_value
 from .part import Part
-from .records import Variant, field_defaults, kiln_type_of, type_from_object
+from .records import Variant, field_defaults
 from .typing_rules import comparison_type, operand_type
 
 BITWISE = ("<<", ">>", "&", "|", "^")

@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import ArityError, ConstantError, KernelTypeError, UnsupportedError
 from ..ir import nodes as ir
 from ..ir.enums import MemorySpace
+from ..ir.hosttypes import kiln_type_of
 from ..ir.intrinsics import IntrinsicTypeError, intrinsics, typing_of
 from ..ir.types import (
     SCALAR_BY_DTYPE,
@@ -39,7 +40,7 @@ from .conversions import cast, convert, literal_value
 from .expressions import describe
 from .functions import Compilable, DeviceFunction
 from .part import Part
-from .records import Variant, kiln_type_of
+from .records import Variant
 from .typing_rules import operand_type
 
 if TYPE_CHECKING:

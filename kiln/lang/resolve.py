@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import KernelTypeError, UnknownNameError, UnsupportedError
+from ..ir.hosttypes import type_from_object
 from ..ir.nodes import Loc
 from ..ir.types import (
     Type,
 )
-from .records import type_from_object
 from .source import parse_function
 
 _MISSING = object()

@@ -16,8 +16,8 @@ from ..framework.backend import (
     ZeroCopy,
     supports,
 )
+from ..ir.hosttypes import kiln_type_of
 from ..ir.types import SCALAR_BY_DTYPE, ScalarType, VectorType
-from ..lang.records import kiln_type_of
 from .device import DeviceNotFoundError, Event, stream_on
 from .device import device as resolve_device
 

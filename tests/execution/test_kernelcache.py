@@ -20,9 +20,9 @@ from kiln.execution.fingerprint import fingerprint
 from kiln.execution.kernelcache import _dumps, kernel_key
 from kiln.framework import cache
 from kiln.ir.enums import MemorySpace
+from kiln.ir.hosttypes import kiln_type_of
 from kiln.ir.printer import format_program
 from kiln.ir.types import ArrayType, ConstexprType
-from kiln.lang.records import kiln_type_of
 from tests.helpers import run_python
 
 cpu_entry = next(e for e in kiln.backends() if e.name == "cpu")
@@ -177,7 +177,7 @@ def signature(module: types.ModuleType, x: Any = f32[:], m: Any = 5) -> tuple:
 
 def key(project: Project, **change: Any) -> str:
     module = project.load()
-    found = kernel_key(module.k, signature(module, **change), kiln.device("cpu"))
+    found = kernel_key(module.k.launch_state, signature(module, **change), kiln.device("cpu"))
     assert found is not None
     return found.key
 
@@ -263,7 +263,7 @@ def test_an_unknown_kind_of_global_falls_back(project: Project, cache_dir: Path,
         project.write(UNKNOWN.replace("3.0", str(scale)), HELPERS)
         module = project.load()
         with caplog.at_level("INFO", logger="kiln"):
-            assert kernel_key(module.k, (f32[:], i32), kiln.device("cpu")) is None
+            assert kernel_key(module.k.launch_state, (f32[:], i32), kiln.device("cpu")) is None
         assert "no kernel key ('CONFIG.scale' in k is a SimpleNamespace" in caplog.text
         x = np.ones(8, np.float32)
         kiln.launch(module.k, 1, 8, (x, 8), device="cpu")
@@ -291,7 +291,7 @@ def k(x: f32[:], n: i32):
 
 def test_parameters_and_locals_hide_globals(project: Project) -> None:
     project.write(SHADOWED, HELPERS)
-    assert kernel_key(project.load().k, (f32[:], i32), kiln.device("cpu")) is not None
+    assert kernel_key(project.load().k.launch_state, (f32[:], i32), kiln.device("cpu")) is not None
 
 
 def test_string_annotations_and_closures_are_fingerprinted(tmp_path: Path) -> None:

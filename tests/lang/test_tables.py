@@ -191,7 +191,7 @@ def test_the_tables_content_is_in_the_kernel_key(tmp_path: Path) -> None:
         module = importlib.util.module_from_spec(spec)
         sys.modules["table_module"] = module
         spec.loader.exec_module(module)
-        found = kernel_key(module.k, (kiln.ArrayType(f32, 1),), kiln.device("cpu"))
+        found = kernel_key(module.k.launch_state, (kiln.ArrayType(f32, 1),), kiln.device("cpu"))
         assert found is not None
         keys.append(found.key)
     del sys.modules["table_module"]
