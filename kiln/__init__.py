@@ -18,6 +18,7 @@ from .errors import (
     OptionError,
     OutOfMemoryError,
     RecursionDepthError,
+    SettingError,
     UnknownNameError,
     UnsupportedError,
 )

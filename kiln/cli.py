@@ -31,7 +31,7 @@ from . import benchplot
 from .aot import build, library_name
 from .conformance import check_command
 from .demo import run_demo
-from .errors import KernelError, LaunchError
+from .errors import KernelError, LaunchError, SettingError
 from .execution.kernel import Kernel
 from .framework import cache
 from .framework.actions import ActionError, actions
@@ -60,7 +60,8 @@ class UsageError(Exception):
     """A mistake in the command line (bad FILE:KERNEL, unknown backend, bad --types)."""
 
 
-USER_ERRORS = (UsageError, KernelError, LaunchError, DeviceNotFoundError, ActionError)
+USER_ERRORS = (UsageError, KernelError, LaunchError, DeviceNotFoundError, ActionError,
+               SettingError)
 
 
 # ---------------------------------------------------------------- helpers

@@ -25,7 +25,6 @@ import ast
 import hashlib
 import importlib
 import io
-import os
 import pickle
 import sys
 import threading
@@ -39,6 +38,7 @@ import numpy as np
 from dask.array.dispatch import concatenate_lookup
 from dask.array.overlap import overlap
 
+from . import settings
 from .errors import LaunchError
 from .execution.executor import check_argument
 from .execution.kernel import Kernel, launch
@@ -162,7 +162,7 @@ def _annotation_names(pyfunc: Any) -> dict[str, Any]:
 
 def worker_device(spec: str | None = None) -> Device:
     """The device this process launches chunks on (see the module docstring)."""
-    spec = spec or os.environ.get("KILN_DASK_DEVICE") or None
+    spec = spec or settings.dask_device()
     if spec is not None:
         return resolve_device(spec)
     best = resolve_device(None)

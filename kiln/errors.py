@@ -122,6 +122,11 @@ class CopyError(ValueError):
     or an `out` that is not C-contiguous or is read-only. The message names both sides."""
 
 
+class SettingError(ValueError):
+    """A `KILN_*` environment variable kiln cannot use (docs/configuration.md); the message
+    names the variable, its value and what it expects. A ValueError, as a bad argument is."""
+
+
 class OutOfMemoryError(MemoryError):
     """An allocation the device cannot make (too large for it, or its memory is full);
     the message names the size and the device. A MemoryError, as NumPy's is."""
@@ -130,5 +135,5 @@ class OutOfMemoryError(MemoryError):
 for _error in (KernelError, UnknownNameError, KernelTypeError, ArityError, UnsupportedError,
                ConvergenceError, ConstantError, DeviceFeatureError, BackendCompileError,
                IndexOutOfBoundsError, LaunchError, DeviceMismatchError, CopyError,
-               OutOfMemoryError):
+               SettingError, OutOfMemoryError):
     _error.__module__ = "kiln"  # tracebacks name them as users import them: kiln.LaunchError

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import settings
 from .errors import OptionError
 from .ir.nodes import Loc
 
@@ -45,8 +45,7 @@ class KernelOptions:
     contract: bool = option(False, "True or False", _is_bool)
     """Let the backend compiler fuse `a * b + c` into fused multiply-adds (off by default on
     every backend, so results round as written; docs/language.md, contraction)."""
-    debug: bool = option(os.environ.get("KILN_DEBUG", "") not in ("", "0"), "True or False",
-                         _is_bool)
+    debug: bool = option(settings.debug(), "True or False", _is_bool)
     """Check every index at run time on every backend: of arrays (the interp always does),
     and of views against their own extent, with slices' bounds (docs/language.md, Bounds).
     An index out of bounds raises `IndexOutOfBoundsError` at the launch's next

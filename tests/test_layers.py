@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent / "kiln"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("kiln.errors", "kiln.version", "kiln.stdio")),
+    ("base", ("kiln.errors", "kiln.version", "kiln.stdio", "kiln.settings")),
     ("ir", ("kiln.ir", "kiln.options")),
     ("passes", ("kiln.ir.passes",)),
     ("contract", ("kiln.framework",)),
@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 import its own layer and the layers below."""
 
 UNITS: tuple[str, ...] = (
-    "kiln", "kiln.errors", "kiln.version", "kiln.stdio", "kiln.options", "kiln.ir",
+    "kiln", "kiln.errors", "kiln.version", "kiln.stdio", "kiln.settings", "kiln.options", "kiln.ir",
     "kiln.ir.passes", "kiln.lang", "kiln.framework", "kiln.runtime", "kiln.execution",
     "kiln.codegen", "kiln.backends", "kiln.backends.cpu", "kiln.backends.cuda",
     "kiln.backends.interp", "kiln.backends.opencl", "kiln.aot", "kiln.dask", "kiln.conformance",

@@ -13,7 +13,6 @@ import ctypes
 import importlib.util
 import json
 import math
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import settings
 from ..codegen.library import MANIFEST_FORMAT
 from ..errors import IndexOutOfBoundsError, LaunchError, RecursionDepthError
 from ..ir.types import SCALAR_BY_DTYPE, SCALAR_BY_NAME, ScalarType, fits
@@ -303,14 +303,13 @@ class Library:
         self.folder, self.manifest = folder, manifest
         self.prefix: str = manifest["prefix"]
         self.target: str = manifest["target"]
-        if self.target == "opencl" and not os.environ.get(OPENCL_LOADER):
-            found = opencl_loader()
-            if found:  # read by the library when it first needs OpenCL
-                os.environ[OPENCL_LOADER] = found
+        found = opencl_loader() if self.target == "opencl" and not settings.opencl_loader() \
+            else None
         self._lib = ctypes.CDLL(str(folder / manifest["library"]))
         self._setup()
         ctx = ctypes.c_void_p()
-        self._status(self._fn("context_create")(ctypes.byref(ctx), device))
+        with settings.exported({OPENCL_LOADER: found} if found else {}):  # read as it starts
+            self._status(self._fn("context_create")(ctypes.byref(ctx), device))
         self._ctx = ctx.value
         self.entry_points = {e["c_name"].removeprefix(f"{self.prefix}_"): EntryPoint(self, e)
                              for e in manifest["entry_points"]}

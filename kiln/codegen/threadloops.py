@@ -26,6 +26,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
+from .. import settings
 from ..ir import nodes as ir
 from ..ir.abi import AbiParam, function_abi
 from ..ir.analysis import reads_and_writes
@@ -91,9 +92,9 @@ def launch_format(abi: Sequence[AbiParam]) -> struct.Struct:
 def host_threads() -> int:
     """Host threads a launch may use: `KILN_NUM_THREADS`, else every core this process may
     run on."""
-    env = os.environ.get("KILN_NUM_THREADS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
+    chosen = settings.num_threads()
+    if chosen is not None:
+        return chosen
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .. import settings
 from ..options import KernelOptions
 from ..version import __version__
 from .buildenv import BuildEnv
@@ -69,9 +70,9 @@ logger = logging.getLogger("kiln.cache")
 
 def _configure_logging() -> None:
     """Honour KILN_LOG (e.g. `info`, `debug`) when the application configured nothing."""
-    level = os.environ.get("KILN_LOG", "").strip().upper()
+    level = settings.log_level()
     root = logging.getLogger("kiln")
-    if not level or root.handlers or not isinstance(logging.getLevelName(level), int):
+    if not level or root.handlers:
         return
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("kiln: %(message)s"))
@@ -84,9 +85,9 @@ _configure_logging()
 
 def cache_root() -> Path:
     """`KILN_CACHE_DIR`, else the platform's user cache directory for kiln."""
-    env = os.environ.get("KILN_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
+    chosen = settings.cache_dir()
+    if chosen is not None:
+        return chosen
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("kiln"))
@@ -237,7 +238,7 @@ class CompileCache:
         """`<KILN_CACHE_DIR>/<backend>` when it and the root pass `checked_folder`, else the
         fallback (with a warning, once). Decided once per process and setting: only this
         user (or root) can change a folder that passed."""
-        setting = (os.environ.get("KILN_CACHE_DIR", ""), self.backend)
+        setting = (str(settings.cache_dir() or ""), self.backend)
         found = _FOLDERS.get(setting)
         if found is None:
             found = _FOLDERS[setting] = self._choose_directory()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -10,6 +9,7 @@ from importlib import import_module
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
+from .. import settings
 from ..ir.passes import lower_thread_loops, pipeline_for
 from .backend import (
     Allocator,
@@ -64,7 +64,7 @@ class BackendEntry:
         return self.availability.reason
 
     def _probe(self) -> Availability:
-        if os.environ.get(f"KILN_DISABLE_{self.name.upper()}", "") not in ("", "0"):
+        if settings.backend_disabled(self.name):
             return Availability(False, f"disabled by KILN_DISABLE_{self.name.upper()}")
         try:
             return self.backend.availability()

@@ -3,13 +3,13 @@ selection: `kiln.backends()`, `kiln.devices()` and `kiln.device(spec)`."""
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from .. import settings
 from ..errors import DeviceMismatchError
 from ..framework.backend import Backend, Capabilities, Partitionable, supports
 from ..framework.registry import BackendEntry, registry
@@ -293,7 +293,7 @@ def device(spec: str | Device | None = None) -> Device:
         raise TypeError(f"a device is a kiln.Device or a spec such as 'cuda:0' or 'cpu', "
                         f"not {type(spec).__name__} {spec!r}")
     if spec is None:
-        spec = os.environ.get("KILN_BACKEND") or None
+        spec = settings.backend()
     if spec is None:
         found = devices()
         if not found:  # interp is always there unless disabled

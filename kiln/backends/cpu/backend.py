@@ -7,11 +7,13 @@ import os
 import platform
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ... import settings
 from ...codegen.compiler import SourceCompiler
 from ...codegen.diagnostics import compile_error
 from ...codegen.threadloops import BLOCK_DIMS, host_threads, launch_format, team_size
@@ -117,15 +119,35 @@ def build_env(options: KernelOptions = DEFAULT_OPTIONS) -> BuildEnv:
     return toolchain().env.with_flags(*flags)
 
 
-def _passive_waits() -> None:
-    """Idle OpenMP workers sleep instead of spinning, unless the user chose a policy; set
-    before libgomp loads (with the first kernel). libgomp's default spins for milliseconds
-    after each kernel: on a machine with other load that starves the Python thread and the
-    next launch waits for a scheduler slice (a small launch measured 12 ms instead of
-    40 us, on 2 cores with 2 busy processes). Sleeping costs a wake-up per launch (about
-    60 us on an idle 2-core machine)."""
-    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+_OPENMP_LOCK = threading.Lock()
+_openmp = {"started": False}  # whether a loaded kernel has started the OpenMP runtime
+
+
+def _passive_waits() -> dict[str, str]:
+    """Idle OpenMP workers sleep instead of spinning, unless the user chose a policy.
+    libgomp's default spins for milliseconds after each kernel: on a machine with other
+    load that starves the Python thread and the next launch waits for a scheduler slice (a
+    small launch measured 12 ms instead of 40 us, on 2 cores with 2 busy processes).
+    Sleeping costs a wake-up per launch (about 60 us on an idle 2-core machine)."""
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return {}
+    return {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def _open(path: Path) -> ctypes.CDLL:
+    """A kernel's library, loaded. The first one starts the OpenMP runtime with the wait
+    policy exported for that moment only (the runtime reads it once: libgomp as it loads,
+    LLVM's libomp at its first call), so the user's environment, and child processes,
+    keep theirs."""
+    with _OPENMP_LOCK:
+        if _openmp["started"]:
+            return ctypes.CDLL(str(path))
+        with settings.exported(_passive_waits()):
+            library = ctypes.CDLL(str(path))
+            if hasattr(library, "omp_get_max_threads"):
+                library.omp_get_max_threads()
+                _openmp["started"] = True
+        return library
 
 
 def _cpu_name() -> str:
@@ -197,8 +219,7 @@ def _compile(env: BuildEnv, source: str) -> bytes:
 
 
 def _load(entry: CacheEntry) -> CpuBinary:
-    _passive_waits()
-    library = ctypes.CDLL(str(entry.path))
+    library = _open(entry.path)
     fn = library.kiln_entry
     fn.argtypes = [ctypes.c_char_p]
     fn.restype = None

@@ -13,13 +13,13 @@ import hashlib
 import json
 import os
 import platform
-import shlex
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ... import settings
 from ...framework.buildenv import BuildEnv, ToolNotFoundError, command_version, find_command
 from ...framework.cache import CompileCache
 
@@ -76,7 +76,7 @@ def compile_command(env: BuildEnv, output: str, libraries: tuple[str, ...] = ())
 
 
 def _user_flags() -> tuple[str, ...]:
-    return tuple(shlex.split(os.environ.get("KILN_CFLAGS", "")))
+    return settings.c_flags()
 
 
 def _memo_key(compiler: tuple[str, ...], flags: tuple[str, ...]) -> str:
@@ -145,7 +145,7 @@ def _probe(compiler: tuple[str, ...], flags: tuple[str, ...]) -> dict:
 @cache
 def toolchain() -> Toolchain:
     """The probed toolchain; raises ToolNotFoundError with the reason when unusable."""
-    compiler = find_command(os.environ.get("KILN_CC") or "cc")
+    compiler = find_command(settings.c_compiler())
     flags = (*BASE_FLAGS, *EXTRA_FLAGS, *_user_flags())
     found = probed(compiler, flags)
     if "error" in found:

@@ -23,6 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ... import settings
 from ...framework.cache import CompileCache
 
 SOURCE = r"""
@@ -53,7 +54,7 @@ class LaunchRecord(ctypes.Structure):
 def shim() -> Any | None:
     """The compiled `kiln_launch` function (ctypes) with the driver's `cuLaunchKernel` as
     its `entry`, or None where either cannot be had."""
-    if os.environ.get("KILN_CUDA_SHIM", "1") == "0":
+    if not settings.cuda_shim():
         return None
     try:
         entry = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuLaunchKernel, ctypes.c_void_p).value

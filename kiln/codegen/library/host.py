@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
+from ... import settings
 from ...framework.actions import ActionError
 from ...framework.buildenv import ToolNotFoundError, find_command
 
@@ -20,7 +20,7 @@ LINK_FLAGS = ("-shared", "-Wl,--no-undefined")
 @cache
 def host_compiler() -> tuple[str, ...]:
     try:
-        return find_command(os.environ.get("KILN_CC") or "cc")
+        return find_command(settings.c_compiler())
     except ToolNotFoundError as exc:
         raise ActionError(f"building a library needs a C compiler (cc, or set KILN_CC): "
                           f"{exc}") from None
