@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import backend_entry, run_python
 
 import kiln
 from kiln import settings
 from kiln.examples import vector_add
+from tests.helpers import backend_entry, run_python
 
 REPO = Path(__file__).resolve().parent.parent
 KILN = REPO / "kiln"
