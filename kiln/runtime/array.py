@@ -262,9 +262,15 @@ def empty(shape: int | tuple[int, ...], dtype: Any = np.float32,
     try:
         buffer = dev.backend.allocator.allocate(dev, nbytes)
     except MemoryError as exc:
-        raise OutOfMemoryError(f"{dev.name} cannot allocate {nbytes} bytes for an array "
-                               f"of shape {dims} {dt.name}: {exc or 'out of memory'}") from None
+        raise _out_of_memory(dev, dims, dt, exc) from None
     return DeviceArray(dev, dims, dt, buffer)
+
+
+def _out_of_memory(dev: Device, dims: tuple[int, ...], dt: np.dtype,
+                   exc: MemoryError) -> OutOfMemoryError:
+    nbytes = math.prod(dims) * dt.itemsize
+    return OutOfMemoryError(f"{dev.name} cannot allocate {nbytes} bytes for an array of "
+                            f"shape {dims} {dt.name}: {exc or 'out of memory'}")
 
 
 def to_device(array: Any, device: Device | str | None = None,
@@ -314,9 +320,15 @@ def as_device_array(array: np.ndarray, device: Device | str | None = None) -> De
 
 
 def _share(device: Device, array: np.ndarray) -> Any | None:
-    """A buffer sharing `array`'s memory where the device's allocator can (`ZeroCopy`)."""
+    """A buffer sharing `array`'s memory where the device's allocator can (`ZeroCopy`);
+    OutOfMemoryError where the device cannot map that much."""
     allocator = device.backend.allocator
-    return allocator.wrap_host(device, array) if supports(allocator, ZeroCopy) else None
+    if not supports(allocator, ZeroCopy):
+        return None
+    try:
+        return allocator.wrap_host(device, array)
+    except MemoryError as exc:
+        raise _out_of_memory(device, array.shape, array.dtype, exc) from None
 
 
 def _alignment(device: Device) -> int:

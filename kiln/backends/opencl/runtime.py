@@ -155,12 +155,17 @@ def capabilities(handle: CLDevice) -> Capabilities:
 # ---------------------------------------------------------------- memory
 
 
-def allocate(handle: CLDevice, nbytes: int) -> cl.Buffer:
-    """A buffer of `nbytes`; MemoryError where the device cannot make one that large."""
-    cl = import_pyopencl()
+def _check_size(handle: CLDevice, nbytes: int) -> None:
+    """MemoryError where `nbytes` is more than one buffer of the device may hold."""
     limit = int(handle.device.max_mem_alloc_size)
     if nbytes > limit:
         raise MemoryError(f"its largest buffer is {limit} bytes")
+
+
+def allocate(handle: CLDevice, nbytes: int) -> cl.Buffer:
+    """A buffer of `nbytes`; MemoryError where the device cannot make one that large."""
+    cl = import_pyopencl()
+    _check_size(handle, nbytes)
     flags = cl.mem_flags.READ_WRITE
     if handle.zero_copy:
         flags |= cl.mem_flags.ALLOC_HOST_PTR
@@ -174,10 +179,12 @@ def allocate(handle: CLDevice, nbytes: int) -> cl.Buffer:
 
 
 def wrap_host(handle: CLDevice, array: np.ndarray) -> cl.Buffer | None:
-    """A buffer over `array`'s memory on devices that share host memory."""
+    """A buffer over `array`'s memory on devices that share host memory; MemoryError where
+    the device cannot make one that large."""
     if not (handle.zero_copy and array.flags.writeable and array.flags.aligned
             and array.nbytes > 0):
         return None
+    _check_size(handle, array.nbytes)
     cl = import_pyopencl()
     flags = cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR
     return cl.Buffer(handle.context, flags, hostbuf=array)

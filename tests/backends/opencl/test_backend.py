@@ -286,3 +286,18 @@ def test_missing_fp64_is_a_device_feature_error(dev):
     with pytest.raises(kiln.DeviceFeatureError, match="f64") as info:
         halve.compile(no_fp64)
     assert info.value.line == marked_line(halve)
+
+
+def test_shared_host_memory_past_the_largest_buffer_is_out_of_memory(dev) -> None:
+    """Sharing a NumPy array (`as_device_array`, a NumPy launch argument) larger than one
+    OpenCL buffer may be is kiln's OutOfMemoryError, as `kiln.empty` of that size is."""
+    if not dev.capabilities.unified_memory:
+        pytest.skip(f"{dev.name} does not share host memory")
+    limit = int(dev.handle.device.max_mem_alloc_size)
+    if limit > 2**33:
+        pytest.skip(f"{dev.name} maps buffers of {limit} bytes: more than this test allocates")
+    big = np.zeros(limit // 4 + 16, np.float32)  # calloc: its pages are never touched
+    with pytest.raises(kiln.OutOfMemoryError, match=f"{limit + 64} bytes.*largest buffer"):
+        kiln.as_device_array(big, dev)
+    with pytest.raises(kiln.OutOfMemoryError, match="largest buffer"):
+        kiln.launch(vector_add, 1, 1, (big, big, big, 0), device=dev)
