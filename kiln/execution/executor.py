@@ -9,6 +9,7 @@ launch of a signature asks the driver of the backend's execution model for a lau
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -152,7 +153,19 @@ def check_argument(kernel_name: str, pname: str, position: int, expected: Type |
     if expected.is_float and not _float_fits(value):
         raise LaunchError(f"{where}: an int of {int(value).bit_length()} bits is too large "
                           f"for {expected}")
+    if expected.is_float and _overflows(value, expected):
+        raise LaunchError(f"{where}: {value!r} is too large for {expected}, where it would be "
+                          f"an infinity (pass float('inf') for one), as kiln.full refuses")
     return expected
+
+
+def _overflows(value: Any, t: ScalarType) -> bool:
+    """Whether a finite number becomes an infinity in float type `t`."""
+    number = float(value)
+    if not math.isfinite(number):
+        return False
+    with np.errstate(over="ignore"):
+        return not math.isfinite(float(t.dtype.type(number)))
 
 
 def _check_array_form(where: str, value: Any) -> None:

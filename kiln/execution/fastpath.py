@@ -3,14 +3,16 @@
 After a launch passes the executor's full checks, `remember` compiles a small Python
 function (a *plan*) for its configuration (grid, block, device, stream) that re-checks only
 what can change between calls with the same types: each argument's Python type, each
-array's device, dtype and rank, each integer's range, each constexpr's value. When those
-hold, the plan converts the scalars and calls the backend directly, skipping device
-selection, dimension checks, type binding and the specialisation lookup. When they do not,
+array's device, dtype and rank, each integer's (and narrow float's) range, each
+constexpr's value. When those hold, the plan converts the scalars and calls the backend
+directly, skipping device selection, dimension checks, type binding and the
+specialisation lookup. When they do not,
 the plan declines and the executor's full path runs (and remembers a new plan).
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -93,6 +95,10 @@ def remember(kernel: LaunchState, key: tuple[Any, ...], args: Sequence[Any],
             if t.is_int:
                 lo, hi = t.range()
                 checks.append(f"{lo} <= {a} <= {hi}")
+            elif t.is_float and t.bits < 64:  # a finite value past its range: the full
+                lo, hi = t.range()  # path refuses it (NaN and the infinities pass)
+                checks.append(f"({lo!r} <= {a} <= {hi!r} or not -INF < {a} < INF)")
+                scope["INF"] = math.inf
             scope[f"C{i}"] = t.dtype.type
             outs.append(f"C{i}({a})" if convert else a)
         else:

@@ -594,6 +594,12 @@ def test_launch_arguments_a_kernel_cannot_take(dev: kiln.Device) -> None:
         kiln.launch(scale, dim=4, args=x)  # type: ignore[arg-type]
     with pytest.raises(kiln.LaunchError, match="argument 'factor'.*too large for f32"):
         kiln.launch(scale, dim=4, args=(x, 2**2000, 4))
+    for huge in (1e40, -1e40, np.float64(3.5e38)):
+        scale[kiln.dim(4)](x, 2.0, 4)  # a launch plan is kept, then declines
+        with pytest.raises(kiln.LaunchError, match="argument 'factor'.*too large for f32, "
+                                                   "where it would be an infinity"):
+            scale[kiln.dim(4)](x, huge, 4)
+    kiln.launch(scale, dim=4, args=(x, float("inf"), 4))  # an infinity itself is a value
     masked = np.ma.masked_array(np.zeros(4, np.float32), mask=[0, 1, 0, 0])
     with pytest.raises(kiln.LaunchError, match="argument 'x'.*no masked arrays"):
         kiln.launch(scale, dim=4, args=(masked, 2.0, 4), device=dev)
