@@ -68,7 +68,7 @@ def run_python(code: str, env: dict[str, str] | None = None) -> subprocess.Compl
 
 class MirrorBackend(InterpBackend):
     """A third-party backend, as a plugin would write one: kiln's NumPy executor under its
-    own name, with its own device, registered through the public `kiln.register_backend`."""
+    own name, with its own device, registered through the public `kiln.backend.register_backend`."""
 
     name = "mirror"
 
@@ -77,7 +77,7 @@ class MirrorBackend(InterpBackend):
 def mirror() -> kiln.Device:
     """The device of the third-party `mirror` backend (registered on first use)."""
     if "mirror" not in {entry.name for entry in kiln.backends()}:
-        kiln.register_backend(MirrorBackend(), priority=1)
+        kiln.backend.register_backend(MirrorBackend(), priority=1)
     return kiln.device("mirror")
 
 

@@ -29,7 +29,7 @@ class GpuDialect(CEmitter):
 
     namespaces = ("gpu_test", "c")
     kernel_qualifier = "__kernel__"
-    space_qualifiers = {kiln.MemorySpace.SHARED: "__shared_mem__"}
+    space_qualifiers = {kiln.backend.MemorySpace.SHARED: "__shared_mem__"}
 
     @handles(ir.IntrinsicCall, when=lambda e, n: n.name == "exp2")
     def exp2_as_pow(self, call: ir.IntrinsicCall) -> CExpr:

@@ -100,8 +100,8 @@ def test_backend_is_registered_above_cpu() -> None:
 
 def test_every_standard_intrinsic_has_a_cuda_spelling() -> None:
     spelled = ("index", "sync", "atomic", "math")  # vector operations are lowered by passes
-    missing = kiln.intrinsics.missing(cuda.intrinsic_namespaces)
-    assert [n for n in missing if kiln.intrinsics[n].category in spelled] == []
+    missing = kiln.backend.intrinsics.missing(cuda.intrinsic_namespaces)
+    assert [n for n in missing if kiln.backend.intrinsics[n].category in spelled] == []
 
 
 def test_raw_kernel_front_rejects_other_backends() -> None:
@@ -132,7 +132,7 @@ def test_large_shared_tiles_use_dynamic_shared_memory() -> None:
                                       stages=4)
     src = cuda_source(kernel.program((kiln.bf16[:, :], kiln.bf16[:, :], f32[:, :])))
     assert "extern __shared__ __align__(16) unsigned char kiln_shared[];" in src
-    compiled = kiln.CompiledKernel(kernel.name, (), src)
+    compiled = kiln.backend.CompiledKernel(kernel.name, (), src)
     done = cuda.compiler.finish(compiled, _FakeDevice())  # type: ignore[arg-type]
     assert done.binary and done.metadata["shared_bytes"] == 4 * (128 * 40 + 32 * 264) * 2
 

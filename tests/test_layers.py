@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("contract", ("kiln.framework",)),
     ("runtime", ("kiln.runtime",)),
     ("execution", ("kiln.execution",)),
+    ("contract API", ("kiln.backend",)),
     ("codegen", ("kiln.codegen",)),
     ("backends", ("kiln.backends",)),
     ("actions", ("kiln.aot", "kiln.dask")),
@@ -35,7 +36,7 @@ import its own layer and the layers below."""
 UNITS: tuple[str, ...] = (
     "kiln", "kiln.errors", "kiln.version", "kiln.stdio", "kiln.options", "kiln.ir",
     "kiln.ir.passes", "kiln.lang", "kiln.framework", "kiln.runtime", "kiln.execution",
-    "kiln.codegen", "kiln.backends", "kiln.backends.cpu", "kiln.backends.cuda",
+    "kiln.backend", "kiln.codegen", "kiln.backends", "kiln.backends.cpu", "kiln.backends.cuda",
     "kiln.backends.interp", "kiln.backends.opencl", "kiln.aot", "kiln.dask", "kiln.conformance",
     "kiln.examples", "kiln.demo", "kiln.benchplot", "kiln.cli", "kiln.__main__",
 )

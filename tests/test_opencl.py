@@ -107,9 +107,9 @@ def test_pocl_survives_barrier_loops_that_once_aborted_it():
 def test_devices_rank_by_kind(dev):
     caps = dev.capabilities
     assert caps.backend == "opencl" and dev.name.startswith("opencl:")
-    expected = {kiln.DeviceKind.GPU: 80, kiln.DeviceKind.CPU: 30}
+    expected = {kiln.backend.DeviceKind.GPU: 80, kiln.backend.DeviceKind.CPU: 30}
     assert dev.priority == expected.get(caps.kind, 60)
-    if caps.kind is kiln.DeviceKind.CPU:
+    if caps.kind is kiln.backend.DeviceKind.CPU:
         assert caps.unified_memory  # PoCL's CPU device shares host memory: zero-copy
     assert {"atomic_add:f32", "atomic_min:f32", "atomic_cas:u32"} <= caps.atomics
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import DeviceMismatchError, LaunchError
-from ..framework.backend import Dim3, FastLaunch, InlineLaunch, Launchable, supports
+from ..framework.backend import Dim3, FastLaunch, Launchable, supports
 from ..framework.registry import registry
 from ..ir.nodes import Program
 from ..ir.ranges import MAX_BLOCK_THREADS, MAX_GLOBAL
@@ -257,11 +257,7 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
         b.watch.arm()
     elif b.args is args and not b.copy_back and not _lowered(b.arg_types):
         key, tables = (grid, block, device, stream), kernel.tables()
-        if supports(b.routine, InlineLaunch):  # the launch as statements in the plan itself
-            code = b.routine.launch_inline(b.grid, b.block, b.device_args, b.stream.handle)
-            remember(kernel, key, args, b.arg_types, b.device, None, (), (), convert=False,
-                     inline=code, tables=tables)
-        elif supports(b.routine, FastLaunch):  # its own fast launch; it packs Python numbers
+        if supports(b.routine, FastLaunch):  # its own fast launch; it packs Python numbers
             call = b.routine.launch_target(b.grid, b.block, b.device_args, b.stream.handle)
             remember(kernel, key, args, b.arg_types, b.device, call, (), (), convert=False,
                      tables=tables)

@@ -11,14 +11,14 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ...framework.backend import (
+from ...backend import (
     Availability,
     Capabilities,
     DeviceKind,
     Dim3,
     DirectBackend,
+    register_backend,
 )
-from ...framework.registry import register_backend
 from ...ir.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
 from ...runtime.host import HostAllocator, HostQueue, HostStream, host_memory_bytes
