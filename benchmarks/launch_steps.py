@@ -45,8 +45,8 @@ class _Plans:
 def variants(dev: kiln.Device) -> dict[str, Callable[[], Any]]:
     from cuda.bindings import driver
 
-    import kiln.backends.cuda.launch as cuda_launch
-    from kiln.backends.cuda import shim
+    import kiln.builtin_backends.cuda.launch as cuda_launch
+    from kiln.builtin_backends.cuda import shim
 
     a, b, c = (kiln.zeros(256, f32, dev) for _ in range(3))
     n = 256

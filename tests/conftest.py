@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import kiln
-from kiln.backends.interp import InterpBackend
+from kiln.builtin_backends.interp import InterpBackend
 from kiln.framework.registry import BackendEntry
 
 REPO = Path(__file__).resolve().parent.parent

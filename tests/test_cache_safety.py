@@ -26,7 +26,7 @@ from test_cache import give_away, warnings_about
 
 import kiln
 from kiln import f32, i32
-from kiln.backends.cpu import toolchain
+from kiln.builtin_backends.cpu import toolchain
 from kiln.framework import cache
 
 BACKENDS = [pytest.param("cpu", marks=requires_backend("cpu", "no C compiler with OpenMP")),
@@ -254,7 +254,7 @@ def unprivileged() -> list[str]:
 @requires_backend("cpu", "no C compiler to build the launch shim")
 def test_the_cuda_launch_shim_is_a_checked_entry(cache_dir: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    from kiln.backends.cuda import shim
+    from kiln.builtin_backends.cuda import shim
 
     def fresh_shim() -> int:
         shim.compiled.cache_clear()

@@ -14,7 +14,7 @@ import pytest
 
 import kiln
 from kiln import f32, i32
-from kiln.backends.interp import InterpBackend
+from kiln.builtin_backends.interp import InterpBackend
 from kiln.execution.drivers import DirectDriver, driver_for
 from kiln.framework.registry import BackendRegistry, check_contract
 
@@ -42,16 +42,16 @@ def test_no_backend_hook_is_looked_up_by_name() -> None:
 
 
 def test_builtin_backends_declare_their_optional_protocols() -> None:
-    from kiln.backends.cpu import backend as cpu
-    from kiln.backends.cuda import backend as cuda
-    from kiln.backends.opencl import backend as opencl
+    from kiln.builtin_backends.cpu import backend as cpu
+    from kiln.builtin_backends.cuda import backend as cuda
+    from kiln.builtin_backends.opencl import backend as opencl
 
     kb = kiln.backend
     assert isinstance(cpu.allocator, kb.ZeroCopy) and isinstance(opencl.allocator, kb.ZeroCopy)
     for protocol in (kb.RawKernels, kb.GraphCapture, kb.CudaArrayInterop, kb.DLPackInterop):
         assert isinstance(cuda, protocol) and not isinstance(cpu, protocol)
-    from kiln.backends.cuda.launch import Routine
-    from kiln.backends.opencl.launch import OpenCLKernel
+    from kiln.builtin_backends.cuda.launch import Routine
+    from kiln.builtin_backends.opencl.launch import OpenCLKernel
 
     for launchable in (Routine, OpenCLKernel):
         assert issubclass(launchable, kiln.backend.FastLaunch)
@@ -254,7 +254,7 @@ def test_a_backend_of_another_contract_version_is_refused_naming_both(
     with pytest.raises(kiln.backend.ContractError, match=message):
         kiln.backend.register_backend(Future())
     (tmp_path / "old_plugin.py").write_text(
-        "from kiln.backends.interp import InterpBackend\n"
+        "from kiln.builtin_backends.interp import InterpBackend\n"
         "class Old(InterpBackend):\n"
         "    name = 'old'\n"
         "    contract_version = 1\n"

@@ -18,10 +18,10 @@ from kiln.examples import block_sum
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed")
 
-from kiln.backends.cuda import backend as cuda  # noqa: E402
-from kiln.backends.cuda import nvrtc as kiln_nvrtc  # noqa: E402
-from kiln.backends.cuda import shim  # noqa: E402
-from kiln.backends.cuda.backend import compile_cached  # noqa: E402
+from kiln.builtin_backends.cuda import backend as cuda  # noqa: E402
+from kiln.builtin_backends.cuda import nvrtc as kiln_nvrtc  # noqa: E402
+from kiln.builtin_backends.cuda import shim  # noqa: E402
+from kiln.builtin_backends.cuda.backend import compile_cached  # noqa: E402
 from kiln.conformance.coverage import conformance_kernels, kernel_programs  # noqa: E402
 from kiln.ir.passes import pipeline_for  # noqa: E402
 
@@ -144,7 +144,7 @@ class _FakeDevice:
 
 @requires_backend("cpu", "no C compiler to build the launch shim")
 def test_launch_shim_passes_every_field_to_the_driver_entry() -> None:
-    """The C launch shim (kiln/backends/cuda/shim.py), built with the system compiler,
+    """The C launch shim (kiln/builtin_backends/cuda/shim.py), built with the system compiler,
     calls its entry point with the record's fields in cuLaunchKernel's order; a stand-in
     entry records them (no driver needed)."""
     seen: list[tuple[int, ...]] = []

@@ -14,9 +14,9 @@ from conftest import marked_line
 
 import kiln
 from kiln import bool_, f32, f64, i32, i64, u32
-from kiln.backends.interp import executor
-from kiln.backends.interp.geometry import BX, BY, TX, TY, Launch
-from kiln.backends.interp.values import Affine
+from kiln.builtin_backends.interp import executor
+from kiln.builtin_backends.interp.geometry import BX, BY, TX, TY, Launch
+from kiln.builtin_backends.interp.values import Affine
 from kiln.examples import block_sum, vector_add
 from kiln.ir.intrinsics import intrinsics
 

@@ -225,7 +225,7 @@ def test_binaries_are_cached_on_disk(dev, cache_dir):
 
 
 def test_build_errors_point_at_the_users_line(dev):
-    from kiln.backends.opencl.build import build_from_source
+    from kiln.builtin_backends.opencl.build import build_from_source
 
     line = marked_line(test_build_errors_point_at_the_users_line)
     source = (f'__kernel void k(__global float *a) {{\n#line {line} "{__file__}"\n'
@@ -266,7 +266,7 @@ def test_native_opencl_code(dev):
 
 def test_unnamed_diagnostics_map_through_line_directives():
     """NVIDIA's log names no file and counts physical lines: kiln applies `#line` itself."""
-    from kiln.backends.opencl.build import normalize_log
+    from kiln.builtin_backends.opencl.build import normalize_log
 
     line = marked_line(test_unnamed_diagnostics_map_through_line_directives)
     source = (f'__kernel void k(__global float *a) {{\n#line {line} "{__file__}"\n'

@@ -33,11 +33,11 @@ ENTRY_POINT_GROUP = "kiln.backends"
 SUPPORTED_VERSIONS = (CONTRACT_VERSION,)
 """The contract versions a backend may declare."""
 BUILTIN_BACKENDS = (
-    "kiln.backends.interp:backend",
-    "kiln.backends.cpu:backend",
-    "kiln.backends.cuda:backend",
-    "kiln.backends.opencl:backend",
-    "kiln.backends.serial:backend",
+    "kiln.builtin_backends.interp:backend",
+    "kiln.builtin_backends.cpu:backend",
+    "kiln.builtin_backends.cuda:backend",
+    "kiln.builtin_backends.opencl:backend",
+    "kiln.builtin_backends.serial:backend",
 )
 
 

@@ -34,7 +34,7 @@ class InterpBackend(DirectBackend):
     priority = 10
     intrinsic_namespaces = ("interp",)
     supports_recursion = True  # calls are Python calls (max_depth is checked)
-    checks_bounds = True  # every access, always (kiln.backends.interp.bounds)
+    checks_bounds = True  # every access, always (kiln.builtin_backends.interp.bounds)
 
     def __init__(self) -> None:
         self.allocator, self.queue = HostAllocator(), HostQueue()
