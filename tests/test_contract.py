@@ -264,3 +264,15 @@ def test_a_backend_of_another_contract_version_is_refused_naming_both(
     registry._load("old_plugin:backend", "old")
     entry = registry._entries["old"]
     assert not entry.available and "declares contract version 1" in entry.reason
+
+
+def test_kiln_backends_stays_the_function_once_backends_are_imported() -> None:
+    import importlib
+    import types
+
+    for name in ("interp", "cpu", "cuda", "opencl", "serial"):
+        importlib.import_module(f"kiln.builtin_backends.{name}")
+    assert isinstance(kiln.backends, types.FunctionType)
+    assert "interp" in [entry.name for entry in kiln.backends()]
+    assert "backends" in kiln.__all__ and "JITBackend" not in kiln.__all__
+    assert not callable(importlib.import_module("kiln.builtin_backends"))
