@@ -1,10 +1,10 @@
-"""The backend contract (SPEC §3), all of it, in small parts.
+"""The backend contract (SPEC §3), all of it, in small parts; public as `kiln.backend`.
 
-A backend is one `Backend` object, registered with `kiln.backend.register_backend`. It says who it
-is (`name`, `priority`, `execution_model`), whether it can run here (`availability`), which
-devices it has (`device_handles`), which IR passes it wants (`pipeline`, the full shared
-one by default) and what outside the IR changes its code (`build_identity`), and it is
-composed of parts, each a small class:
+A backend is one `Backend` object, registered with `kiln.backend.register_backend`. It says
+who it is (`name`, `priority`, `execution_model`, `contract_version`), whether it can run
+here (`availability`, default yes), which devices it has (`device_handles`), which IR
+passes it wants (`pipeline`, the full shared one by default) and what outside the IR
+changes its code (`build_identity`), and it is composed of parts, each a small class:
 
 - `allocator: Allocator`  device memory: allocate, free, host<->device, device<->device
 - `queue: Queue`          streams, events, synchronisation
@@ -22,8 +22,10 @@ and, by execution model (each has a driver in `kiln.execution.drivers`):
 Every optional capability is a protocol below, checked with `supports(obj, Protocol)` (an
 `isinstance` remembered per class) by the part of kiln that uses it, never looked up by
 name: `ZeroCopy`, `SubBuffers` and `PeerCopy` (allocator), `FastLaunch` and `RunsProgram`
-(launchables), `Partitionable`, `RawKernels`,
-`GraphCapture`, `CudaArrayInterop`, `DLPackInterop` (backend).
+(launchables), `Partitionable`, `RawKernels`, `GraphCapture`, `CudaArrayInterop`,
+`DLPackInterop` (backend). Everything else without a default is required: `device_handles`,
+the allocator's four methods, the queue's streams, and the model's part (a compiler's
+`generate_source` and `compile` and a loader's `load`; `execute`; `load_kernel`).
 
 A launch's `args` are, in parameter order, `DeviceArray`s for arrays and NumPy scalars of
 the parameter types for scalars; `stream` is the backend's own stream handle (from
