@@ -34,7 +34,7 @@ from common import (
 
 import kiln
 from kiln import f32
-from kiln.backends.cpu.backend import build_env
+from kiln.builtin_backends.cpu.backend import build_env
 from kiln.examples import (
     BLOCK,
     TILE,

@@ -668,7 +668,7 @@ def bench_launch(table: Table, quick: bool) -> None:
     guarded(table, work, "cuda.bindings cuLaunchKernel, prepacked", "us",
             lambda: host_us(lambda: launch(fn, 1, 1, 1, 256, 1, 1, 0, stream, address, 0),
                             count), "the floor")
-    from kiln.backends.cuda import shim
+    from kiln.builtin_backends.cuda import shim
 
     if shim.shim() is not None:
         keep, record = shim.record(fn, (1, 1, 1), (256, 1, 1), 0, stream, address)
@@ -725,8 +725,8 @@ def saxpy_{tag}(x: f32[:], y: f32[:], a: f32, n: i32):
 
 
 def bench_compile(table: Table) -> None:
-    from kiln.backends.cuda import nvrtc
-    from kiln.backends.cuda.backend import _CACHE
+    from kiln.builtin_backends.cuda import nvrtc
+    from kiln.builtin_backends.cuda.backend import _CACHE
 
     dev = kiln.device("cuda")
     nvrtc.version()  # NVRTC loaded, as the goal states
@@ -751,7 +751,7 @@ def bench_compile(table: Table) -> None:
 def environment() -> dict[str, str]:
     from cuda.bindings import driver
 
-    from kiln.backends.cuda import nvrtc
+    from kiln.builtin_backends.cuda import nvrtc
 
     dev = kiln.device("cuda")
     _, version = driver.cuDriverGetVersion()

@@ -45,8 +45,8 @@ class _Plans:
 def variants(dev: kiln.Device) -> dict[str, Callable[[], Any]]:
     from cuda.bindings import driver
 
-    import kiln.backends.cuda.launch as cuda_launch
-    from kiln.backends.cuda import shim
+    import kiln.builtin_backends.cuda.launch as cuda_launch
+    from kiln.builtin_backends.cuda import shim
 
     a, b, c = (kiln.zeros(256, f32, dev) for _ in range(3))
     n = 256
@@ -72,22 +72,20 @@ def variants(dev: kiln.Device) -> dict[str, Callable[[], Any]]:
         out["kiln's C shim, prepacked"] = lambda keep=keep: run(record[1])
     plans = _Plans()
     out["kernel[1, 256]: launcher lookup"] = lambda: vector_add[1, 256]
-    fastpath.remember(plans, "checks", args, types, dev, None, (), (), convert=False,
-                      inline=({}, ["pass"]))
+    fastpath.remember(plans, "checks", args, types, dev, lambda values: None, (), (),
+                      convert=False)
     target = routine.launch_target(GRID, BLOCK, args, handle)
     fastpath.remember(plans, "call", args, types, dev, target, (), (), convert=False)
-    fastpath.remember(plans, "inline", args, types, dev, None, (), (), convert=False,
-                      inline=routine.launch_inline(GRID, BLOCK, args, handle))
     shim_of = cuda_launch.shim
     cuda_launch.shim = lambda: None  # the same plan, calling cuda-bindings
     try:
-        fastpath.remember(plans, "bindings", args, types, dev, None, (), (), convert=False,
-                          inline=routine.launch_inline(GRID, BLOCK, args, handle))
+        fastpath.remember(plans, "bindings", args, types, dev,
+                          routine.launch_target(GRID, BLOCK, args, handle), (), (),
+                          convert=False)
     finally:
         cuda_launch.shim = shim_of
     for key, label in (("checks", "plan: checks alone"),
                        ("call", "plan, then pack + launch function"),
-                       ("inline", "plan with pack + launch inlined"),
                        ("bindings", "the same, calling cuda-bindings")):
         out[label] = lambda p=plans.launch_plans[key]: p(args)
     out["kiln vector_add[1, 256](a, b, c, n)"] = lambda: vector_add[1, 256](a, b, c, n)

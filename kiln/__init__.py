@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from types import ModuleType as _ModuleType
+
+from . import backend  # the backend contract: kiln.backend.JITBackend, ...
 from .aot import load_library
 from .errors import (
     ArityError,
@@ -22,7 +25,6 @@ from .errors import (
     UnknownNameError,
     UnsupportedError,
 )
-from .execution.drivers import ExecutionDriver, register_execution_model
 from .execution.kernel import Kernel, func, kernel, launch
 from .execution.raw import RawKernel
 from .execution.sharding import (
@@ -37,47 +39,7 @@ from .execution.sharding import (
     shard_rows,
     shard_start,
 )
-from .framework.backend import (
-    Allocator,
-    Availability,
-    Backend,
-    Capabilities,
-    CompiledKernel,
-    Compiler,
-    CudaArrayInterop,
-    CustomBackend,
-    DeviceKind,
-    Dim3,
-    DirectBackend,
-    DLPackInterop,
-    ExecutionModel,
-    FastLaunch,
-    GraphCapture,
-    InlineLaunch,
-    JITBackend,
-    KernelRequest,
-    Launchable,
-    Loader,
-    Partitionable,
-    PeerCopy,
-    PreparesLaunch,
-    Queue,
-    RawKernels,
-    RunsProgram,
-    SubBuffers,
-    ZeroCopy,
-    supports,
-)
-from .framework.registry import register_backend
 from .framework.sizing import Dim, dim
-from .ir.enums import ExtensibleEnum, MemorySpace
-from .ir.intrinsics import (
-    Intrinsic,
-    IntrinsicTypeError,
-    Variance,
-    atomic_capabilities,
-    intrinsics,
-)
 from .ir.types import (
     Array,
     ArrayType,
@@ -115,7 +77,6 @@ from .ir.types import (
     u64,
 )
 from .lang import builtins as _b
-from .lang.extend import register_intrinsic, register_operation
 from .lang.functions import DeviceFunction
 from .lang.records import Variant, struct, variant
 from .options import KernelOptions
@@ -131,7 +92,6 @@ from .runtime.array import (
 )
 from .runtime.device import Device, DeviceNotFoundError, Event, Stream, backends, device, devices
 from .runtime.graph import Graph, graph
-from .runtime.host import HostAllocator, HostQueue, HostStream
 from .version import __version__
 
 # long names of the scalar types
@@ -222,4 +182,7 @@ copy_async_commit = _b.intrinsic_object("copy_async_commit")
 copy_async_wait = _b.intrinsic_object("copy_async_wait")
 tf32 = _b.intrinsic_object("tf32")
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = [name for name, value in globals().items()
+           if not name.startswith("_") and name != "annotations"
+           and not isinstance(value, _ModuleType)]
+"""The kernel author's API; the backend contract is `kiln.backend`."""

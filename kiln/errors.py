@@ -137,3 +137,9 @@ for _error in (KernelError, UnknownNameError, KernelTypeError, ArityError, Unsup
                IndexOutOfBoundsError, LaunchError, DeviceMismatchError, CopyError,
                SettingError, OutOfMemoryError):
     _error.__module__ = "kiln"  # tracebacks name them as users import them: kiln.LaunchError
+
+
+class ContractError(TypeError):
+    """A backend that kiln cannot register: a missing part of the contract, or a contract
+    version kiln does not support (the message names both versions). Also a TypeError, as
+    an object of the wrong kind is in Python."""

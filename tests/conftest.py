@@ -19,7 +19,7 @@ def interp() -> kiln.Device:
 def mirror() -> kiln.Device:
     """The device of the third-party `mirror` backend (registered on first use)."""
     if "mirror" not in {entry.name for entry in kiln.backends()}:
-        kiln.register_backend(MirrorBackend(), priority=1)
+        kiln.backend.register_backend(MirrorBackend(), priority=1)
     return kiln.device("mirror")
 
 

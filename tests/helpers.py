@@ -16,7 +16,7 @@ import pytest
 
 import kiln
 from kiln import f32, i32
-from kiln.backends.interp import InterpBackend
+from kiln.builtin_backends.interp import InterpBackend
 from kiln.framework.registry import BackendEntry
 from kiln.ir import nodes as ir
 from kiln.ir.types import Type, void

@@ -102,7 +102,7 @@ def test_compile_with_a_constexpr_value(capsys, kernels_file: Path) -> None:
 
 def test_compile_prints_source_for_a_jit_backend(capsys, kernels_file: Path) -> None:
     jit = [e for e in kiln.backends()
-           if e.available and e.backend.execution_model is kiln.ExecutionModel.JIT]
+           if e.available and e.backend.execution_model is kiln.backend.ExecutionModel.JIT]
     if not jit:
         pytest.skip("no JIT backend is available on this machine")
     code, out, _ = run(capsys, "compile", f"{kernels_file}:vector_add", "-b", jit[0].name)

@@ -23,8 +23,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("runtime", ("kiln.runtime",)),
     ("frontend", ("kiln.lang",)),
     ("execution", ("kiln.execution",)),
+    ("contract API", ("kiln.backend",)),
     ("codegen", ("kiln.codegen",)),
-    ("backends", ("kiln.backends",)),
+    ("backends", ("kiln.builtin_backends",)),
     ("actions", ("kiln.aot", "kiln.dask")),
     ("public API", ("kiln",)),
     ("tools", ("kiln.conformance", "kiln.examples", "kiln.demo", "kiln.benchplot")),
@@ -36,8 +37,9 @@ import its own layer and the layers below."""
 UNITS: tuple[str, ...] = (
     "kiln", "kiln.errors", "kiln.version", "kiln.stdio", "kiln.settings", "kiln.options", "kiln.ir",
     "kiln.ir.passes", "kiln.lang", "kiln.framework", "kiln.runtime", "kiln.execution",
-    "kiln.codegen", "kiln.backends", "kiln.backends.cpu", "kiln.backends.cuda",
-    "kiln.backends.interp", "kiln.backends.opencl", "kiln.aot", "kiln.dask", "kiln.conformance",
+    "kiln.backend", "kiln.codegen", "kiln.builtin_backends", "kiln.builtin_backends.cpu",
+    "kiln.builtin_backends.cuda", "kiln.builtin_backends.interp", "kiln.builtin_backends.opencl",
+    "kiln.aot", "kiln.dask", "kiln.conformance",
     "kiln.examples", "kiln.demo", "kiln.benchplot", "kiln.cli", "kiln.__main__",
 )
 """The packages (and top-level modules) between which no import cycle may exist."""

@@ -166,5 +166,5 @@ def driver_for(device: Device) -> ExecutionDriver:
     if driver is None:
         raise LaunchError(f"backend {device.backend.name!r} runs kernels by execution model "
                           f"{model!r}, which has no driver (a plugin registers one with "
-                          "kiln.register_execution_model)")
+                          "kiln.backend.register_execution_model)")
     return driver

@@ -17,14 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceMismatchError, LaunchError
-from ..framework.backend import (
-    Dim3,
-    FastLaunch,
-    InlineLaunch,
-    Launchable,
-    PreparesLaunch,
-    supports,
-)
+from ..framework.backend import Dim3, FastLaunch, Launchable, supports
 from ..framework.registry import registry
 from ..ir.hosttypes import kiln_type_of
 from ..ir.ranges import MAX_BLOCK_THREADS, MAX_GLOBAL
@@ -255,11 +248,7 @@ def launch(kernel: LaunchState, grid: int | Sequence[int], block: int | Sequence
         b.watch.arm()
     elif b.args is args and not b.copy_back and not _lowered(b.arg_types):
         key, tables = (grid, block, device, stream), kernel.tables()
-        if supports(b.routine, InlineLaunch):  # the launch as statements in the plan itself
-            code = b.routine.launch_inline(b.grid, b.block, b.device_args, b.stream.handle)
-            remember(kernel, key, args, b.arg_types, b.device, None, (), (), convert=False,
-                     inline=code, tables=tables)
-        elif supports(b.routine, FastLaunch):  # its own fast launch; it packs Python numbers
+        if supports(b.routine, FastLaunch):  # its own fast launch; it packs Python numbers
             call = b.routine.launch_target(b.grid, b.block, b.device_args, b.stream.handle)
             remember(kernel, key, args, b.arg_types, b.device, call, (), (), convert=False,
                      tables=tables)
@@ -376,14 +365,14 @@ class PreparedLaunch:
     """`kernel.prepare(grid, block, *args)`: a launch checked and packed once; each call
     runs it again with no checks (the arguments' contents may change, not the arguments).
 
-    A launchable that `PreparesLaunch` packs its parameters once (CUDA, OpenCL).
+    A `FastLaunch` launchable packs its parameters once (CUDA, OpenCL).
     """
 
     def __init__(self, kernel_name: str, bound: BoundLaunch) -> None:
         if bound.copy_back or any(isinstance(a, np.ndarray) for a in bound.args):
             raise LaunchError(f"prepare({kernel_name}): pass device arrays, not NumPy arrays")
         routine = bound.routine
-        if supports(routine, PreparesLaunch):
+        if supports(routine, FastLaunch):
             self._run = routine.prepare_launch(bound.grid, bound.block, bound.device_args,
                                                bound.stream.handle)
         else:

@@ -48,9 +48,8 @@ def try_plan(kernel: LaunchState, grid: Any, block: Any, device: Any, stream: An
 
 
 def remember(kernel: LaunchState, key: tuple[Any, ...], args: Sequence[Any],
-             arg_types: tuple[Type, ...], dev: Device, call: Callable[..., None] | None,
+             arg_types: tuple[Type, ...], dev: Device, call: Callable[..., None],
              before: tuple[Any, ...], after: tuple[Any, ...], convert: bool = True,
-             inline: tuple[dict[str, Any], list[str]] | None = None,
              tables: TableWatch | None = None) -> None:
     """Compile and store the plan for a launch that just passed the full checks; `key` is
     its (grid, block, device, stream), as the launch was given them.
@@ -58,11 +57,8 @@ def remember(kernel: LaunchState, key: tuple[Any, ...], args: Sequence[Any],
     The plan calls `call(*before, device_args, *after)` (the backend's launch). Scalars are
     converted to their parameters' NumPy types unless `convert` is false (a backend launch
     target that packs checked Python numbers itself). Launches with NumPy or foreign arrays
-    (which need copies or adoption) get no plan. With `inline` (names and statements over
-    the arguments `a0, a1, ...`, from a backend's `launch_inline`), the plan runs those
-    statements instead of calling `call` (None then): one function checks, packs and
-    launches. With `tables` (the kernel's constant tables, `kiln.execution.tablewatch`),
-    the plan declines once one changed since the build.
+    (which need copies or adoption) get no plan. With `tables` (the kernel's constant
+    tables, `kiln.execution.tablewatch`), the plan declines once one changed since the build.
     """
     try:
         hash(key)
@@ -71,8 +67,6 @@ def remember(kernel: LaunchState, key: tuple[Any, ...], args: Sequence[Any],
     checks, outs = [], []
     names = ", ".join(f"a{i}" for i in range(len(args)))
     scope: dict[str, Any] = {"DA": DeviceArray, "DEV": dev, "call": call}
-    if inline is not None:
-        scope.update(inline[0])
     scope.update({f"B{j}": v for j, v in enumerate(before)})
     scope.update({f"A{j}": v for j, v in enumerate(after)})
     for i, (value, t) in enumerate(zip(args, arg_types)):
@@ -111,9 +105,7 @@ def remember(kernel: LaunchState, key: tuple[Any, ...], args: Sequence[Any],
         f"    if len(a) != {len(args)}:\n        return False\n"
         + (f"    {names}, = a\n" if args else "")
         + (f"    if not ({' and '.join(checks)}):\n        return False\n" if checks else "")
-        + (("".join(f"    {line}\n" for line in inline[1]) + "    return True\n")
-           if inline is not None else
-           f"    call({''.join(f'B{j}, ' for j in range(len(before)))}"
+        + (f"    call({''.join(f'B{j}, ' for j in range(len(before)))}"
            + ("a" if outs == names.split(", ") and not convert else f"[{', '.join(outs)}]")
            + f"{''.join(f', A{j}' for j in range(len(after)))})\n    return True\n")
     )

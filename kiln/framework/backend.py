@@ -1,10 +1,10 @@
-"""The backend contract (SPEC §3), all of it, in small parts.
+"""The backend contract (SPEC §3), all of it, in small parts; public as `kiln.backend`.
 
-A backend is one `Backend` object, registered with `kiln.register_backend`. It says who it
-is (`name`, `priority`, `execution_model`), whether it can run here (`availability`), which
-devices it has (`device_handles`), which IR passes it wants (`pipeline`, the full shared
-one by default) and what outside the IR changes its code (`build_identity`), and it is
-composed of parts, each a small class:
+A backend is one `Backend` object, registered with `kiln.backend.register_backend`. It says
+who it is (`name`, `priority`, `execution_model`, `contract_version`), whether it can run
+here (`availability`, default yes), which devices it has (`device_handles`), which IR
+passes it wants (`pipeline`, the full shared one by default) and what outside the IR
+changes its code (`build_identity`), and it is composed of parts, each a small class:
 
 - `allocator: Allocator`  device memory: allocate, free, host<->device, device<->device
 - `queue: Queue`          streams, events, synchronisation
@@ -21,9 +21,11 @@ and, by execution model (each has a driver in `kiln.execution.drivers`):
 
 Every optional capability is a protocol below, checked with `supports(obj, Protocol)` (an
 `isinstance` remembered per class) by the part of kiln that uses it, never looked up by
-name: `ZeroCopy`, `SubBuffers` and `PeerCopy` (allocator), `FastLaunch`, `InlineLaunch`,
-`PreparesLaunch` and `RunsProgram` (launchables), `Partitionable`, `RawKernels`,
-`GraphCapture`, `CudaArrayInterop`, `DLPackInterop` (backend).
+name: `ZeroCopy`, `SubBuffers` and `PeerCopy` (allocator), `FastLaunch` and `RunsProgram`
+(launchables), `Partitionable`, `RawKernels`, `GraphCapture`, `CudaArrayInterop`,
+`DLPackInterop` (backend). Everything else without a default is required: `device_handles`,
+the allocator's four methods, the queue's streams, and the model's part (a compiler's
+`generate_source` and `compile` and a loader's `load`; `execute`; `load_kernel`).
 
 A launch's `args` are, in parameter order, `DeviceArray`s for arrays and NumPy scalars of
 the parameter types for scalars; `stream` is the backend's own stream handle (from
@@ -32,6 +34,7 @@ the parameter types for scalars; `stream` is the backend's own stream handle (fr
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +58,11 @@ if TYPE_CHECKING:
 
     from ..runtime.device import Device
 
+CONTRACT_VERSION = 2
+"""The version of this contract. A backend states the one it was written for
+(`Backend.contract_version`); registering one kiln does not support is a `ContractError`
+naming both. Version 2: events timed on the host by default, one `FastLaunch` protocol."""
+
 P = TypeVar("P")
 Pass = Callable[[Program], Program]
 
@@ -69,6 +77,13 @@ for _n in ("JIT", "DIRECT", "CUSTOM"):
     ExecutionModel.register(_n)
 
 
+
+
+@dataclass
+class HostTimedEvent:
+    """The default `Queue`'s event: the host's clock when it was recorded."""
+
+    time: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -130,7 +145,12 @@ class PeerCopy(Protocol):
 
 
 class Queue(ABC):
-    """Streams (ordered work queues) and events (points in a stream, timed)."""
+    """Streams (ordered work queues) and events (points in a stream, timed).
+
+    Only streams are required. The event methods default to events timed on the host: a
+    recorded event waits for its stream and reads the host's clock, which is exact for a
+    synchronous queue (work is done when the launch returns) and a correct, coarser answer
+    for any other; a backend with device-side events overrides all four."""
 
     @abstractmethod
     def create_stream(self, device: Device) -> Any: ...
@@ -138,17 +158,22 @@ class Queue(ABC):
     @abstractmethod
     def synchronize_stream(self, stream: Any) -> None: ...
 
-    @abstractmethod
-    def create_event(self, device: Device) -> Any: ...
+    def create_event(self, device: Device) -> Any:
+        """A new event (default: a `HostTimedEvent`)."""
+        return HostTimedEvent()
 
-    @abstractmethod
-    def record_event(self, event: Any, stream: Any) -> None: ...
+    def record_event(self, event: Any, stream: Any) -> None:
+        """Mark the point after the work queued on `stream` so far (default: wait for the
+        stream, then read the host's clock)."""
+        self.synchronize_stream(stream)
+        event.time = time.perf_counter()
 
-    @abstractmethod
-    def synchronize_event(self, event: Any) -> None: ...
+    def synchronize_event(self, event: Any) -> None:  # noqa: B027 - optional, see above
+        """Wait for the work before a recorded event (default: `record_event` waited)."""
 
-    @abstractmethod
-    def elapsed_ms(self, start: Any, end: Any) -> float: ...
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        """Milliseconds between two recorded events."""
+        return float((end.time - start.time) * 1e3)
 
     def query_event(self, event: Any) -> bool:
         """Whether the work before a recorded event is done, without waiting. A backend
@@ -238,27 +263,14 @@ class Loader(ABC):
 
 @runtime_checkable
 class FastLaunch(Protocol):
-    """A launchable with its own fast path: the executor remembers, per launch
-    configuration, `launch_target(...)` and calls it with each later launch's arguments
-    (scalars as the user's checked Python numbers; the target converts them)."""
+    """A launchable that packs a launch once and replays it: the executor remembers, per
+    launch configuration, `launch_target(...)` and calls it with each later launch's
+    arguments (scalars as the user's checked Python numbers; the target converts them),
+    and `kernel.prepare(...)` calls what `prepare_launch(...)` returns. Without it, both
+    call `launch` with the arguments converted."""
 
     def launch_target(self, grid: Dim3, block: Dim3, args: Sequence[Any],
                       stream: Any) -> Callable[[Sequence[Any]], None]: ...
-
-
-@runtime_checkable
-class InlineLaunch(Protocol):
-    """A launchable whose fast launch the executor's plan inlines: `launch_inline(...)`
-    gives names and statements over the arguments `a0, a1, ...` (pack and launch) that the
-    plan runs after its checks, in one generated function (preferred to `FastLaunch`)."""
-
-    def launch_inline(self, grid: Dim3, block: Dim3, args: Sequence[Any],
-                      stream: Any) -> tuple[dict[str, Any], list[str]]: ...
-
-
-@runtime_checkable
-class PreparesLaunch(Protocol):
-    """A launchable that packs a launch once: `kernel.prepare(...)` calls the result."""
 
     def prepare_launch(self, grid: Dim3, block: Dim3, args: Sequence[Any],
                        stream: Any) -> Callable[[], None]: ...
@@ -332,7 +344,7 @@ def supports(obj: object, protocol: type[P]) -> TypeIs[P]:
     a lookup here 0.1 us). `obj` is an instance: the answer is remembered for its class,
     so a class passed here would answer for every class."""
     if isinstance(obj, type):
-        raise TypeError(f"kiln.supports takes an object, not the class {obj.__name__}: "
+        raise TypeError(f"kiln.backend.supports takes an object, not the class {obj.__name__}: "
                         f"ask about an instance")
     key = (type(obj), protocol)
     found = _SUPPORTS.get(key)
@@ -348,6 +360,8 @@ class Backend(ABC):
     """The contract every backend implements; see the module docstring."""
 
     name: ClassVar[str]
+    contract_version: ClassVar[int] = CONTRACT_VERSION
+    """The contract version the backend was written for (`CONTRACT_VERSION`)."""
     priority: ClassVar[int] = 0
     """Default priority when registered without one (higher wins `kiln.device()`)."""
     execution_model: ClassVar[ExecutionModel]
@@ -363,9 +377,10 @@ class Backend(ABC):
     with `debug=True` gets the shared bounds-check pass (`kiln.ir.passes.bounds`), which
     needs only `atomic_cas` on i32 and the index intrinsics: a new backend gets it free."""
 
-    @abstractmethod
     def availability(self) -> Availability:
-        """Whether the backend can run here, and if not why. Must not raise."""
+        """Whether the backend can run here, and if not why. Must not raise. Default:
+        available (a backend that needs nothing outside Python)."""
+        return Availability(True)
 
     @abstractmethod
     def device_handles(self) -> Sequence[tuple[Any, Capabilities]]:

@@ -10,8 +10,10 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
+from ..errors import ContractError
 from ..ir.passes import lower_thread_loops, pipeline_for
 from .backend import (
+    CONTRACT_VERSION,
     Allocator,
     Availability,
     Backend,
@@ -28,12 +30,14 @@ if TYPE_CHECKING:
     from ..runtime.device import Device
 
 ENTRY_POINT_GROUP = "kiln.backends"
+SUPPORTED_VERSIONS = (CONTRACT_VERSION,)
+"""The contract versions a backend may declare."""
 BUILTIN_BACKENDS = (
-    "kiln.backends.interp:backend",
-    "kiln.backends.cpu:backend",
-    "kiln.backends.cuda:backend",
-    "kiln.backends.opencl:backend",
-    "kiln.backends.serial:backend",
+    "kiln.builtin_backends.interp:backend",
+    "kiln.builtin_backends.cpu:backend",
+    "kiln.builtin_backends.cuda:backend",
+    "kiln.builtin_backends.opencl:backend",
+    "kiln.builtin_backends.serial:backend",
 )
 
 
@@ -154,9 +158,16 @@ class _Broken(Backend):
 
 
 def check_contract(backend: Backend) -> None:
-    """A backend missing a part of the contract is a TypeError at registration, naming it."""
+    """A backend of another contract version, or missing a part of the contract, is a
+    `ContractError` at registration, naming the versions or the part."""
     if not isinstance(backend, Backend):
-        raise TypeError(f"register_backend takes a kiln.Backend, got {backend!r}")
+        raise ContractError(f"register_backend takes a kiln.backend.Backend, got {backend!r}")
+    version = backend.contract_version
+    if version not in SUPPORTED_VERSIONS:
+        raise ContractError(
+            f"backend {backend.name!r} declares contract version {version!r}, but this kiln "
+            f"supports version {CONTRACT_VERSION} (kiln.backend.CONTRACT_VERSION): update "
+            f"the backend, or a kiln that supports its version")
     parts: dict[str, tuple[type, Callable[[], Any]]] = {
         "allocator": (Allocator, lambda: backend.allocator),
         "queue": (Queue, lambda: backend.queue)}
@@ -169,8 +180,8 @@ def check_contract(backend: Backend) -> None:
         except AttributeError:
             value = None
         if not isinstance(value, part):
-            raise TypeError(f"backend {backend.name!r} needs a `{attr}`: a "
-                            f"kiln.{part.__name__} (see docs/backends.md), got {value!r}")
+            raise ContractError(f"backend {backend.name!r} needs a `{attr}`: a kiln.backend."
+                                f"{part.__name__} (see docs/backends.md), got {value!r}")
 
 
 registry = BackendRegistry()

@@ -71,7 +71,7 @@ class Intrinsic:
     the warp's threads); the convergence check treats it like `convergent`, but it is no
     barrier: backends do not synchronise the block for it."""
     lowering: Lowering | None = None
-    """For an IR operation (`kiln.register_operation`): its expansion into existing IR, used
+    """For an IR operation (`kiln.backend.register_operation`): its expansion into existing IR, used
     by backends without an implementation of it."""
 
 

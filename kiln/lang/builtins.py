@@ -63,7 +63,7 @@ def intrinsic_object(name: str) -> KernelOnly:
 
 
 def register_intrinsic_object(name: str) -> KernelOnly:
-    """The object kernels call for a registered intrinsic (`kiln.register_intrinsic`)."""
+    """The object kernels call for a registered intrinsic (`kiln.backend.register_intrinsic`)."""
     found = _INTRINSIC_OBJECTS[name] = KernelOnly(name, name)
     return found
 

@@ -1,14 +1,14 @@
 """Public extension points for kernels: new intrinsics and new IR operations.
 
-    saturate = kiln.register_intrinsic(
+    saturate = kiln.backend.register_intrinsic(
         "saturate", float_like, arity=1, variance=None,
         implementations={"c": "fmin{f}(fmax{f}({0}, 0), 1)", "interp": saturate_numpy})
 
-    lerp = kiln.register_operation("lerp", same_float(3), lower_lerp, arity=3)
+    lerp = kiln.backend.register_operation("lerp", same_float(3), lower_lerp, arity=3)
 
 Both return the object kernels call (`saturate(x)`); the frontend types the call through
 the registry. An intrinsic needs an implementation per backend (`implementations`, or
-later `kiln.intrinsics.implement(namespace, {...})`); a backend without one refuses the
+later `kiln.backend.intrinsics.implement(namespace, {...})`); a backend without one refuses the
 kernel with an UnsupportedError at the call. An operation also has a lowering to existing
 IR, used by every backend that does not implement it natively.
 """
@@ -27,7 +27,7 @@ def register_intrinsic(name: str, typing: Typing, *, arity: int | tuple[int, int
                        side_effects: bool = False,
                        implementations: Mapping[str, Any] | None = None) -> KernelOnly:
     """Add an intrinsic usable from kernels: `typing(arg_types) -> (param_types, result)`
-    (raise `kiln.IntrinsicTypeError` for arguments it refuses), its variance (None: that of
+    (raise `kiln.backend.IntrinsicTypeError` for arguments it refuses), its variance (None: that of
     its arguments), whether a whole block must reach it (`convergent`) and whether it
     writes memory; `implementations` maps backend namespaces ("c", "cuda", "interp", ...)
     to a spelling or a callable (docs/backends.md, the intrinsic registry)."""

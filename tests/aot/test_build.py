@@ -42,7 +42,7 @@ def opencl_loader_missing() -> str:
 
 def nvrtc_missing() -> str:
     try:
-        from kiln.backends.cuda import nvrtc
+        from kiln.builtin_backends.cuda import nvrtc
 
         nvrtc.version()
     except (ImportError, RuntimeError, OSError) as exc:

@@ -69,7 +69,7 @@ nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not 
 
 
 def julia_ptx(**options: object) -> str:
-    from kiln.backends.cuda import nvrtc as kiln_nvrtc
+    from kiln.builtin_backends.cuda import nvrtc as kiln_nvrtc
 
     source = julia.source("cuda")
     flags = kiln_nvrtc.options_for("sm_90", "ptx", bool(options.get("fastmath")),

@@ -1,5 +1,5 @@
 """A backend written from docs/backends.md alone (tests/fixtures/hostsim.py, kiln's public
-API only) registers with kiln.register_backend, passes `kiln check`, and each optional
+API only) registers with kiln.backend.register_backend, passes `kiln check`, and each optional
 protocol it declares works through kiln's public features."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def hostsim() -> kiln.Device:
     finally:
         sys.path.remove(str(FIXTURE.parent))
     if "hostsim" not in {e.name for e in kiln.backends()}:
-        kiln.register_backend(plugin.backend)
+        kiln.backend.register_backend(plugin.backend)
     return kiln.device("hostsim")
 
 
@@ -35,7 +35,8 @@ def test_the_plugin_imports_only_public_api() -> None:
     tree = ast.parse(FIXTURE.read_text())
     modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert {m for m in modules if m and m.startswith("kiln")} <= {"kiln", "kiln.backends.interp"}
+    kiln_modules = {m for m in modules if m and m.startswith("kiln")}
+    assert kiln_modules <= {"kiln", "kiln.backend", "kiln.builtin_backends.interp"}
 
 
 def test_the_plugin_passes_kiln_check(hostsim: kiln.Device) -> None:
@@ -47,10 +48,11 @@ def test_the_plugin_passes_kiln_check(hostsim: kiln.Device) -> None:
 
 def test_its_optional_protocols_work(hostsim: kiln.Device) -> None:
     backend = hostsim.backend
-    for protocol in (kiln.RawKernels, kiln.GraphCapture, kiln.DLPackInterop):
-        assert kiln.supports(backend, protocol)
-    assert kiln.supports(backend.allocator, kiln.ZeroCopy)
-    assert kiln.supports(backend.allocator, kiln.SubBuffers)
+    kb = kiln.backend
+    for protocol in (kb.RawKernels, kb.GraphCapture, kb.DLPackInterop):
+        assert kiln.backend.supports(backend, protocol)
+    assert kiln.backend.supports(backend.allocator, kiln.backend.ZeroCopy)
+    assert kiln.backend.supports(backend.allocator, kiln.backend.SubBuffers)
 
     @kiln.kernel
     def add(a: kiln.f32[:], k: kiln.f32):
@@ -60,7 +62,7 @@ def test_its_optional_protocols_work(hostsim: kiln.Device) -> None:
     x = kiln.to_device(np.zeros(4, np.float32), hostsim)
     for _ in range(3):  # the fast path (FastLaunch) from the second launch on
         add[1, 4](x, 1.0)
-    prepared = add.prepare(1, 4, x, 1.0, device=hostsim)  # PreparesLaunch
+    prepared = add.prepare(1, 4, x, 1.0, device=hostsim)  # FastLaunch.prepare_launch
     prepared()
     with kiln.graph(hostsim) as g:  # GraphCapture: recorded, not run
         add[1, 4](x, 10.0)

@@ -9,7 +9,7 @@ import pytest
 
 import kiln
 from kiln import f32, i32, i64
-from kiln.backends.cpu import CpuEmitter
+from kiln.builtin_backends.cpu import CpuEmitter
 from kiln.codegen import CEmitter, CExpr, NameTable, abi_values, compile_error, handles, kernel_abi
 from kiln.ir import nodes as ir
 from kiln.ir.intrinsics import INDEX_BASES, intrinsics
@@ -29,7 +29,7 @@ class GpuDialect(CEmitter):
 
     namespaces = ("gpu_test", "c")
     kernel_qualifier = "__kernel__"
-    space_qualifiers = {kiln.MemorySpace.SHARED: "__shared_mem__"}
+    space_qualifiers = {kiln.backend.MemorySpace.SHARED: "__shared_mem__"}
 
     @handles(ir.IntrinsicCall, when=lambda e, n: n.name == "exp2")
     def exp2_as_pow(self, call: ir.IntrinsicCall) -> CExpr:
@@ -125,7 +125,7 @@ def test_shared_arrays_use_constant_strides() -> None:
 
 def test_compiler_errors_point_at_the_users_line() -> None:
     intrinsics.implement("broken_test", {"sqrt": "sqrtf({0}"})  # a dialect bug: unbalanced
-    from kiln.backends.cpu.toolchain import compile_command, toolchain
+    from kiln.builtin_backends.cpu.toolchain import compile_command, toolchain
 
     class Broken(CpuEmitter):
         namespaces = ("broken_test", *CpuEmitter.namespaces)

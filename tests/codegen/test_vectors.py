@@ -105,7 +105,7 @@ def test_a_hint_is_only_taken_while_its_body_keeps_the_form() -> None:
 def _ptx(kernel: kiln.Kernel) -> Counter[str]:
     nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed")
     del nvrtc
-    from kiln.backends.cuda import nvrtc as kiln_nvrtc
+    from kiln.builtin_backends.cuda import nvrtc as kiln_nvrtc
 
     ptx = kiln_nvrtc.compile_source(kernel.source("cuda"), kernel.name,
                                     kiln_nvrtc.options_for("sm_90", "ptx"), "ptx")

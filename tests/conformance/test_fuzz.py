@@ -79,8 +79,8 @@ nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not 
 
 @fuzzed(range(2000, 2001))
 def test_random_kernels_compile_to_ptx(seed: int) -> None:
-    from kiln.backends.cuda import backend as cuda
-    from kiln.backends.cuda import nvrtc as kiln_nvrtc
+    from kiln.builtin_backends.cuda import backend as cuda
+    from kiln.builtin_backends.cuda import nvrtc as kiln_nvrtc
 
     fn = build(seed).load(DIRECTORY)
     program = fn.program(fn._types(()))

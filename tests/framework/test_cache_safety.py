@@ -24,7 +24,7 @@ import pytest
 
 import kiln
 from kiln import f32, i32
-from kiln.backends.cpu import toolchain
+from kiln.builtin_backends.cpu import toolchain
 from kiln.framework import cache
 from tests.helpers import REPO, give_away, requires_backend, warnings_about
 
@@ -256,7 +256,7 @@ def unprivileged() -> list[str]:
 @requires_backend("cpu", "no C compiler to build the launch shim")
 def test_the_cuda_launch_shim_is_a_checked_entry(cache_dir: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    from kiln.backends.cuda import shim
+    from kiln.builtin_backends.cuda import shim
 
     def fresh_shim() -> int:
         shim.compiled.cache_clear()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import DeviceKind, ExecutionModel, MemorySpace
+from kiln.backend import DeviceKind, ExecutionModel, MemorySpace
 from kiln.cli import main
 from kiln.ir.enums import ExtensibleEnum
 from kiln.ir.passes.features import device_feature_check

@@ -12,8 +12,8 @@ import pytest
 
 import kiln
 from kiln import f32, i32
-from kiln.backends.interp.executor import ProgramCode
-from kiln.backends.interp.memory import ArrayRef
+from kiln.builtin_backends.interp.executor import ProgramCode
+from kiln.builtin_backends.interp.memory import ArrayRef
 from kiln.codegen import CEmitter
 from kiln.errors import UnsupportedError
 from kiln.ir import nodes as ir

@@ -16,17 +16,17 @@ from tests.helpers import assert_kernel_error
 def _float_unary(types):
     (t,) = types
     if not (isinstance(t, kiln.ScalarType) and t.is_float):
-        raise kiln.IntrinsicTypeError(f"expects a float, got {t}")
+        raise kiln.backend.IntrinsicTypeError(f"expects a float, got {t}")
     return [t], t
 
 
-square = kiln.register_intrinsic(
+square = kiln.backend.register_intrinsic(
     "square_test", _float_unary, arity=1, variance=None,
     implementations={"c": "(({0}) * ({0}))", "interp": lambda x: x * x})
-interp_only = kiln.register_intrinsic("interp_only_test", _float_unary, arity=1,
+interp_only = kiln.backend.register_intrinsic("interp_only_test", _float_unary, arity=1,
                                       implementations={"interp": lambda x: -x})
-lane = kiln.register_intrinsic("lane_test", lambda types: ([], i32), arity=0,
-                              variance=kiln.Variance.THREAD)
+lane = kiln.backend.register_intrinsic("lane_test", lambda types: ([], i32), arity=0,
+                              variance=kiln.backend.Variance.THREAD)
 
 
 def _lower_mad(args, t):
@@ -34,7 +34,7 @@ def _lower_mad(args, t):
     return ir.BinOp(t, "+", ir.BinOp(t, "*", a, b), c)
 
 
-mad = kiln.register_operation("mad_test", lambda types: ([f32] * 3, f32), _lower_mad,
+mad = kiln.backend.register_operation("mad_test", lambda types: ([f32] * 3, f32), _lower_mad,
                               arity=3)
 
 
@@ -89,9 +89,9 @@ def test_a_backend_without_an_implementation_says_so(device: kiln.Device) -> Non
 def test_typing_rules_and_registration_errors() -> None:
     assert_kernel_error(bad_argument, kiln.KernelTypeError, "expects a float, got i32")
     with pytest.raises(ValueError, match="already registered"):
-        kiln.register_intrinsic("square_test", _float_unary, arity=1)
+        kiln.backend.register_intrinsic("square_test", _float_unary, arity=1)
     with pytest.raises(ValueError, match="already registered"):
-        kiln.register_intrinsic("sqrt", _float_unary, arity=1)
+        kiln.backend.register_intrinsic("sqrt", _float_unary, arity=1)
     with pytest.raises(RuntimeError, match="only be used inside"):
         square(1.0)
 
@@ -124,7 +124,7 @@ def test_an_operation_a_backend_implements_reaches_it_unlowered() -> None:
     lowered = lower_operations(("interp",))(program)
     assert not any(isinstance(n, ir.IntrinsicCall) and n.name == "mad_test"
                    for n in walk(lowered.kernel.body))
-    kiln.intrinsics.implement("native_mad_test", {"mad_test": "fmaf({0}, {1}, {2})"})
+    kiln.backend.intrinsics.implement("native_mad_test", {"mad_test": "fmaf({0}, {1}, {2})"})
     kept = lower_operations(("native_mad_test",))(program)
     assert kept is program  # nothing to lower: the backend spells mad_test itself
     assert any(isinstance(n, ir.IntrinsicCall) and n.name == "mad_test"
@@ -132,7 +132,7 @@ def test_an_operation_a_backend_implements_reaches_it_unlowered() -> None:
 
 
 def test_a_lowering_does_not_repeat_side_effects() -> None:
-    twice = kiln.register_operation(
+    twice = kiln.backend.register_operation(
         "twice_test", lambda types: ([i32], i32),
         lambda args, t: ir.BinOp(t, "+", args[0], args[0]), arity=1)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import f32, f64, i32
+from kiln import f64
 from kiln.examples import vector_add
 from tests.helpers import run_python
 
@@ -171,16 +171,17 @@ def test_launches_are_ordered_on_a_stream(interp) -> None:
 # ---------------------------------------------------------------- third-party backends
 
 
-class NoDriverBackend(kiln.DirectBackend):
+class NoDriverBackend(kiln.backend.DirectBackend):
     """A plugin whose hardware is missing: registered, listed, never chosen."""
 
     name = "nodriver"
-    allocator, queue = kiln.HostAllocator(), kiln.HostQueue()  # never used when unavailable
+    # never used when unavailable
+    allocator, queue = kiln.backend.HostAllocator(), kiln.backend.HostQueue()
 
-    def availability(self) -> kiln.Availability:
-        return kiln.Availability(False, "the Frobnicator driver is not installed")
+    def availability(self) -> kiln.backend.Availability:
+        return kiln.backend.Availability(False, "the Frobnicator driver is not installed")
 
-    def device_handles(self) -> Sequence[tuple[Any, kiln.Capabilities]]:
+    def device_handles(self) -> Sequence[tuple[Any, kiln.backend.Capabilities]]:
         raise AssertionError("never asked when unavailable")
 
     def execute(self, *args: Any) -> None:
@@ -200,31 +201,9 @@ def test_registered_backend_runs_kernels(mirror) -> None:
 
 
 def test_registered_unavailable_backend_is_explained() -> None:
-    kiln.register_backend(NoDriverBackend(), priority=1000)
+    kiln.backend.register_backend(NoDriverBackend(), priority=1000)
     entry = {e.name: e for e in kiln.backends()}["nodriver"]
     assert not entry.available and "Frobnicator" in entry.reason
     assert kiln.device().backend.name != "nodriver"
     with pytest.raises(kiln.DeviceNotFoundError, match="Frobnicator"):
         kiln.device("nodriver")
-
-
-def test_a_plan_with_inlined_launch_statements_checks_then_runs_them(interp) -> None:
-    """A backend's `launch_inline` statements (CUDA's pack + launch) run inside the plan,
-    after its checks; anything the checks reject declines to the full path."""
-    from kiln.execution import fastpath
-
-    class Plans:
-        name = "k"
-        launch_plans: dict[Any, Any] = {}
-
-    seen: list[tuple[Any, ...]] = []
-    a = kiln.zeros(4, f32, interp)
-    key = (1, 4, None, None)  # grid, block, device, stream
-    fastpath.remember(Plans, key, (a, 3), (f32[:], i32), interp, None, (), (),
-                      convert=False, inline=({"seen": seen}, ["seen.append((a0, a1))"]))
-    plan = Plans.launch_plans[fastpath.plan_key(*key)]
-    assert plan((a, 5)) and seen == [(a, 5)]
-    for wrong in ((a, 2**40), (a, 1.5), (kiln.zeros(4, f64, interp), 1),
-                  (kiln.zeros((2, 2), f32, interp), 1), (a,)):
-        assert not plan(wrong)
-    assert seen == [(a, 5)]

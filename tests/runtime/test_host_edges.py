@@ -16,7 +16,7 @@ import pytest
 
 import kiln
 from kiln import f32, i32
-from kiln.backends.interp import InterpBackend
+from kiln.builtin_backends.interp import InterpBackend
 from kiln.conformance.cases.host import scale
 from kiln.framework.registry import BackendEntry
 from kiln.runtime.device import devices_of

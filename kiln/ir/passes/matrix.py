@@ -7,7 +7,7 @@ every backend; this pass picks the representation:
 - **native** (devices with matrix units, CUDA sm_80+): a fragment becomes a local u32 array
   holding the lane's part of the tile in PTX's `mma.m16n8k16` (f16, bf16) or `mma.m16n8k8`
   (tf32) layout, and each operation one "matrix_native" intrinsic that CUDA spells as
-  `ldmatrix`/`mma.sync`/`cp.async` (`kiln.backends.cuda.matrix`).
+  `ldmatrix`/`mma.sync`/`cp.async` (`kiln.builtin_backends.cuda.matrix`).
 - **scalar** (everywhere else): a fragment becomes a local copy of the whole tile in every
   thread, and `mma` computes the thread's own four accumulator elements as dot products in
   f32, adding the k products in order. No thread needs another's registers, so the same code

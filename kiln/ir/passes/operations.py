@@ -1,6 +1,6 @@
 """Registered IR operations and intrinsics on backends (Futhark's extensible `Op`).
 
-An operation a plugin registers (`kiln.register_operation`) is an `IntrinsicCall` with a
+An operation a plugin registers (`kiln.backend.register_operation`) is an `IntrinsicCall` with a
 *lowering* to existing IR: `lower_operations` expands it for backends that have no native
 implementation of it along their intrinsic namespaces; a backend that implements it (a
 spelling, a callable) receives the call as is. `check_implementations` ends every

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln import ArrayType, ScalarType, f32, intrinsics
+from kiln import ArrayType, ScalarType, f32
+from kiln.backend import intrinsics
 from kiln.codegen import CExpr
 from kiln.ir import nodes as ir
 from kiln.ir.visit import walk

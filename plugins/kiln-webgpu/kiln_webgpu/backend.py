@@ -14,18 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kiln import (
+from kiln import BackendCompileError, DeviceArray, KernelOptions, LaunchError
+from kiln.backend import (
     Allocator,
     Availability,
-    BackendCompileError,
     Capabilities,
     CompiledKernel,
     Compiler,
-    DeviceArray,
     DeviceKind,
     JITBackend,
-    KernelOptions,
-    LaunchError,
     Loader,
     Queue,
 )

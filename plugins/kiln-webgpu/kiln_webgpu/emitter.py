@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from kiln import ArrayType, MemorySpace, ScalarType, bool_, f16, f32, i32, u32
+from kiln import ArrayType, ScalarType, bool_, f16, f32, i32, u32
+from kiln.backend import MemorySpace
 from kiln.codegen import CEmitter, CExpr, NameTable
 from kiln.ir import nodes as ir
 from kiln.ir.types import Type, VoidType

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from kiln import Capabilities, DeviceKind, LaunchError, f32, i32, u32
+from kiln import LaunchError, f32, i32, u32
+from kiln.backend import Capabilities, DeviceKind
 from kiln.framework.cache import CompileCache
 from kiln.ir.intrinsics import atomic_capabilities
 

@@ -13,7 +13,8 @@ import copy
 import dataclasses
 from typing import Any
 
-from kiln import UnsupportedError, intrinsics
+from kiln import UnsupportedError
+from kiln.backend import intrinsics
 from kiln.ir import nodes as ir
 from kiln.ir.visit import walk
 

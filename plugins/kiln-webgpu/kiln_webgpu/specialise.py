@@ -18,7 +18,8 @@ import copy
 import dataclasses
 from collections.abc import Callable
 
-from kiln import ArrayType, DeviceFeatureError, MemorySpace, UnsupportedError
+from kiln import ArrayType, DeviceFeatureError, UnsupportedError
+from kiln.backend import MemorySpace
 from kiln.ir import nodes as ir
 from kiln.ir.visit import walk
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kiln import ScalarType, intrinsics
+from kiln import ScalarType
+from kiln.backend import intrinsics
 
 NAMESPACE = "wgsl"
 

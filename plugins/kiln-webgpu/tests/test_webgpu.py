@@ -13,7 +13,7 @@ from kiln import f32, i32
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kiln_webgpu"
 PUBLIC = {
-    "kiln", "kiln.codegen", "kiln.ir.intrinsics", "kiln.framework.cache",
+    "kiln", "kiln.backend", "kiln.codegen", "kiln.ir.intrinsics", "kiln.framework.cache",
     "kiln.framework.buildenv", "kiln.ir", "kiln.ir.nodes", "kiln.ir.types", "kiln.ir.visit",
     "kiln.ir.passes",
 }
@@ -49,9 +49,9 @@ def test_registered_with_priority_by_device_kind() -> None:
     caps = device.capabilities
     cpu_priority = {e.name: e.priority for e in kiln.backends()}["cpu"]
     gpu = backend.device_priority(
-        type(caps)(**{**caps.__dict__, "kind": kiln.DeviceKind.GPU}), 0)
+        type(caps)(**{**caps.__dict__, "kind": kiln.backend.DeviceKind.GPU}), 0)
     assert cpu_priority < gpu < 100  # above cpu, below cuda
-    if caps.kind is kiln.DeviceKind.CPU:  # lavapipe: never the default over the cpu backend
+    if caps.kind is kiln.backend.DeviceKind.CPU:  # lavapipe: never the default over cpu
         assert device.priority < cpu_priority
 
 

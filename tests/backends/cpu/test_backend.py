@@ -369,7 +369,7 @@ def test_events_time_work_on_the_stream(cpu: kiln.Device) -> None:
 
 def test_capabilities(cpu: kiln.Device) -> None:
     caps = cpu.capabilities
-    assert caps.kind is kiln.DeviceKind.CPU and caps.unified_memory and caps.fp64
+    assert caps.kind is kiln.backend.DeviceKind.CPU and caps.unified_memory and caps.fp64
     assert caps.compute_units >= 1 and caps.global_memory > 0
     assert "atomic_add:f32" in caps.atomics
     assert caps.arch.startswith(__import__("platform").machine())

@@ -131,7 +131,7 @@ extern "C" __global__ void axpy(float a, const float *x, float *y, int n) {
 def test_raw_kernel_from_cuda_c_and_from_ptx(dev: kiln.Device) -> None:
     from cuda.bindings import driver
 
-    from kiln.backends.cuda import nvrtc
+    from kiln.builtin_backends.cuda import nvrtc
 
     x = kiln.to_device(np.arange(1000, dtype=np.float32), dev)
     y = kiln.zeros(1000, f32, dev)

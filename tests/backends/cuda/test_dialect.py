@@ -18,10 +18,10 @@ from tests.helpers import backend_entry, requires_backend
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed")
 
-from kiln.backends.cuda import backend as cuda  # noqa: E402
-from kiln.backends.cuda import nvrtc as kiln_nvrtc  # noqa: E402
-from kiln.backends.cuda import shim  # noqa: E402
-from kiln.backends.cuda.backend import compile_cached  # noqa: E402
+from kiln.builtin_backends.cuda import backend as cuda  # noqa: E402
+from kiln.builtin_backends.cuda import nvrtc as kiln_nvrtc  # noqa: E402
+from kiln.builtin_backends.cuda import shim  # noqa: E402
+from kiln.builtin_backends.cuda.backend import compile_cached  # noqa: E402
 from kiln.conformance.coverage import conformance_kernels, kernel_programs  # noqa: E402
 from kiln.ir.passes import pipeline_for  # noqa: E402
 
@@ -102,8 +102,8 @@ def test_backend_is_registered_above_cpu() -> None:
 
 def test_every_standard_intrinsic_has_a_cuda_spelling() -> None:
     spelled = ("index", "sync", "atomic", "math")  # vector operations are lowered by passes
-    missing = kiln.intrinsics.missing(cuda.intrinsic_namespaces)
-    assert [n for n in missing if kiln.intrinsics[n].category in spelled] == []
+    missing = kiln.backend.intrinsics.missing(cuda.intrinsic_namespaces)
+    assert [n for n in missing if kiln.backend.intrinsics[n].category in spelled] == []
 
 
 def test_raw_kernel_front_rejects_other_backends() -> None:
@@ -134,7 +134,7 @@ def test_large_shared_tiles_use_dynamic_shared_memory() -> None:
                                       stages=4)
     src = cuda_source(kernel.program((kiln.bf16[:, :], kiln.bf16[:, :], f32[:, :])))
     assert "extern __shared__ __align__(16) unsigned char kiln_shared[];" in src
-    compiled = kiln.CompiledKernel(kernel.name, (), src)
+    compiled = kiln.backend.CompiledKernel(kernel.name, (), src)
     done = cuda.compiler.finish(compiled, _FakeDevice())  # type: ignore[arg-type]
     assert done.binary and done.metadata["shared_bytes"] == 4 * (128 * 40 + 32 * 264) * 2
 
@@ -146,7 +146,7 @@ class _FakeDevice:
 
 @requires_backend("cpu", "no C compiler to build the launch shim")
 def test_launch_shim_passes_every_field_to_the_driver_entry() -> None:
-    """The C launch shim (kiln/backends/cuda/shim.py), built with the system compiler,
+    """The C launch shim (kiln/builtin_backends/cuda/shim.py), built with the system compiler,
     calls its entry point with the record's fields in cuLaunchKernel's order; a stand-in
     entry records them (no driver needed)."""
     seen: list[tuple[int, ...]] = []

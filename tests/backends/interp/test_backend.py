@@ -13,9 +13,9 @@ import pytest
 
 import kiln
 from kiln import bool_, f32, f64, i32, i64, u32
-from kiln.backends.interp import executor
-from kiln.backends.interp.geometry import BX, BY, TX, TY, Launch
-from kiln.backends.interp.values import Affine
+from kiln.builtin_backends.interp import executor
+from kiln.builtin_backends.interp.geometry import BX, BY, TX, TY, Launch
+from kiln.builtin_backends.interp.values import Affine
 from kiln.examples import block_sum, vector_add
 from kiln.ir.intrinsics import intrinsics
 from tests.helpers import marked_line
@@ -423,7 +423,7 @@ def test_every_standard_intrinsic_has_an_implementation() -> None:
 def test_device_reports_its_capabilities(interp: kiln.Device) -> None:
     caps = interp.capabilities
     assert interp.name == "interp:0"
-    assert caps.kind is kiln.DeviceKind.CPU and caps.arch == "numpy"
+    assert caps.kind is kiln.backend.DeviceKind.CPU and caps.arch == "numpy"
     assert caps.max_threads_per_block == 1024 and caps.shared_memory_per_block == 48 * 1024
     assert caps.fp64 and caps.fp16 and caps.unified_memory
     assert {"atomic_add:f32", "atomic_add:f64", "atomic_cas:u64"} <= caps.atomics

@@ -1,5 +1,5 @@
 """Divergent loops on the interp backend: lanes that leave a loop early are compacted away
-(kiln/backends/interp/compaction.py); the answers stay NumPy's on every backend."""
+(kiln/builtin_backends/interp/compaction.py); the answers stay NumPy's on every backend."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 import kiln
 from kiln import f32, i32
-from kiln.backends.interp import compaction
+from kiln.builtin_backends.interp import compaction
 from kiln.examples import JULIA_C, julia, spmv_csr
 from tests.helpers import backend_entry
 

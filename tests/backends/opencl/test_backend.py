@@ -106,9 +106,9 @@ def test_pocl_survives_barrier_loops_that_once_aborted_it():
 def test_devices_rank_by_kind(dev):
     caps = dev.capabilities
     assert caps.backend == "opencl" and dev.name.startswith("opencl:")
-    expected = {kiln.DeviceKind.GPU: 80, kiln.DeviceKind.CPU: 30}
+    expected = {kiln.backend.DeviceKind.GPU: 80, kiln.backend.DeviceKind.CPU: 30}
     assert dev.priority == expected.get(caps.kind, 60)
-    if caps.kind is kiln.DeviceKind.CPU:
+    if caps.kind is kiln.backend.DeviceKind.CPU:
         assert caps.unified_memory  # PoCL's CPU device shares host memory: zero-copy
     assert {"atomic_add:f32", "atomic_min:f32", "atomic_cas:u32"} <= caps.atomics
 
@@ -224,7 +224,7 @@ def test_binaries_are_cached_on_disk(dev, cache_dir):
 
 
 def test_build_errors_point_at_the_users_line(dev):
-    from kiln.backends.opencl.build import build_from_source
+    from kiln.builtin_backends.opencl.build import build_from_source
 
     line = marked_line(test_build_errors_point_at_the_users_line)
     source = (f'__kernel void k(__global float *a) {{\n#line {line} "{__file__}"\n'
@@ -265,7 +265,7 @@ def test_native_opencl_code(dev):
 
 def test_unnamed_diagnostics_map_through_line_directives():
     """NVIDIA's log names no file and counts physical lines: kiln applies `#line` itself."""
-    from kiln.backends.opencl.build import normalize_log
+    from kiln.builtin_backends.opencl.build import normalize_log
 
     line = marked_line(test_unnamed_diagnostics_map_through_line_directives)
     source = (f'__kernel void k(__global float *a) {{\n#line {line} "{__file__}"\n'

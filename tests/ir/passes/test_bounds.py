@@ -23,7 +23,8 @@ def run(kernel: kiln.Kernel, backend: str, threads: int, *args: object) -> None:
 
 def cuda_source(kernel: kiln.Kernel) -> str:
     """The kernel's CUDA source (with its debug checks), which NVRTC compiles to PTX."""
-    nvrtc = pytest.importorskip("kiln.backends.cuda.nvrtc", reason="cuda-bindings is missing")
+    nvrtc = pytest.importorskip("kiln.builtin_backends.cuda.nvrtc",
+                                reason="cuda-bindings is missing")
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed")
     source = kernel.source("cuda")
     assert "kiln_check_" in source

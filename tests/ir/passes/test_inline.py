@@ -172,7 +172,7 @@ def run_program(device: kiln.Device, program: ir.Program, grid: int, block: int,
     """Run an already lowered program on a device through the backend contract."""
     backend, stream = device.backend, device.default_stream.handle
     dims = ((grid, 1, 1), (block, 1, 1))
-    if isinstance(backend, kiln.JITBackend):
+    if isinstance(backend, kiln.backend.JITBackend):
         compiled = backend.compiler.compile(program, device, kiln.KernelOptions())
         backend.loader.load(compiled, device).launch(*dims, args, stream)
     else:

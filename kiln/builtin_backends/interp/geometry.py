@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ...framework.backend import Dim3
+from ...backend import Dim3
 
 TX, TY, TZ, BX, BY, BZ, LANE = range(7)
 NBASIS = 7

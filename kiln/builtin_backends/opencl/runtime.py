@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...framework.backend import Capabilities, DeviceKind
+from ...backend import Capabilities, DeviceKind
 from ...framework.cache import CompileCache
 from ...ir.intrinsics import atomic_capabilities
 from ...ir.types import f32, f64, i32, i64, u32, u64

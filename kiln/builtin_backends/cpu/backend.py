@@ -14,10 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import settings
-from ...codegen.compiler import SourceCompiler
-from ...codegen.diagnostics import compile_error
-from ...codegen.threadloops import BLOCK_DIMS, host_threads, launch_format, team_size
-from ...framework.backend import (
+from ...backend import (
     Availability,
     Capabilities,
     CompiledKernel,
@@ -26,6 +23,9 @@ from ...framework.backend import (
     JITBackend,
     Loader,
 )
+from ...codegen.compiler import SourceCompiler
+from ...codegen.diagnostics import compile_error
+from ...codegen.threadloops import BLOCK_DIMS, host_threads, launch_format, team_size
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
 from ...framework.cache import CacheEntry, CompileCache, cache_key
 from ...ir.abi import abi_values

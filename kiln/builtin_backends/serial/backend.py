@@ -18,12 +18,14 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...framework.backend import (
+from ...backend import (
     Availability,
     Capabilities,
     CompiledKernel,
     CustomBackend,
     Dim3,
+    HostAllocator,
+    HostQueue,
     KernelRequest,
 )
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
@@ -31,7 +33,6 @@ from ...framework.cache import CompileCache
 from ...ir.nodes import Program
 from ...options import DEFAULT_OPTIONS, KernelOptions
 from ...runtime.device import Device
-from ...runtime.host import HostAllocator, HostQueue
 from ..cpu import backend as cpu
 from ..cpu.backend import CpuKernel
 from ..cpu.toolchain import OPTION_FLAGS, toolchain

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...codegen.compiler import SourceCompiler
-from ...framework.backend import (
+from ...backend import (
     Allocator,
     Availability,
     Capabilities,
@@ -22,6 +21,7 @@ from ...framework.backend import (
     Loader,
     Queue,
 )
+from ...codegen.compiler import SourceCompiler
 from ...framework.buildenv import BuildEnv
 from ...framework.cache import CompileCache, cache_key
 from ...ir.intrinsics import atomic_capabilities
@@ -282,7 +282,7 @@ class CudaBackend(JITBackend):
     """NVIDIA GPUs: CUDA C++ from the shared emitter, NVRTC to cubin, cuda-bindings driver.
 
     Optional protocols: `RawKernels`, `GraphCapture`, `CudaArrayInterop`, `DLPackInterop`;
-    its routines are `FastLaunch` and `PreparesLaunch`."""
+    its routines are `FastLaunch`."""
 
     name = "cuda"
     priority = 100

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import re
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -173,21 +172,6 @@ class Routine:
         self._bind(scope, param_block.address)
         scope["keep"] = param_block  # alive as long as the function
         return run
-
-    def launch_inline(self, grid: Dim3, block: Dim3, args: Sequence[Any],
-                      stream: Any) -> tuple[dict[str, Any], list[str]]:
-        """The launch as statements over the arguments `a0, a1, ...` (and the names they
-        use), for the executor to put in its launch plan after its checks: one function
-        checks, packs and launches."""
-        scope, body = self._scope(grid, block, stream.stream)
-        codes, exprs = self.layout(args)
-        param_block = ParamBlock(codes)
-        scope.update(pack_into=param_block.struct.pack_into, data=param_block.data,
-                     keep=param_block)
-        self._bind(scope, param_block.address)
-        unpacked = [re.sub(r"a\[(\d+)\]", r"a\1", e) for e in exprs]
-        lines = [f"pack_into(data, 0, {', '.join(unpacked)})"] if exprs else []
-        return scope, lines + [line[4:] for line in body.splitlines()]
 
     def prepare_launch(self, grid: Dim3, block: Dim3, args: Sequence[Any],
                        stream: Any) -> Callable[[], None]:

@@ -12,9 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ...codegen.compiler import SourceCompiler
-from ...codegen.library import register_library_target
-from ...framework.backend import (
+from ...backend import (
     Allocator,
     Availability,
     Capabilities,
@@ -23,8 +21,10 @@ from ...framework.backend import (
     JITBackend,
     Loader,
     Queue,
+    register_backend,
 )
-from ...framework.registry import register_backend
+from ...codegen.compiler import SourceCompiler
+from ...codegen.library import register_library_target
 from ...runtime.device import Device
 from . import runtime
 from .build import build

@@ -1,5 +1,5 @@
 """Launching OpenCL kernels: a built program bound to its device (`Launchable`), with its
-own fast path (`FastLaunch`) and prepared launches (`PreparesLaunch`)."""
+own fast path and prepared launches (`FastLaunch`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ...framework.backend import Dim3
+from ...backend import Dim3
 from ...ir.abi import device_scalar
 from ...runtime.array import DeviceArray
 from . import runtime

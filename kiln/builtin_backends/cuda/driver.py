@@ -12,7 +12,7 @@ import threading
 from functools import cache
 from typing import Any
 
-from ...framework.backend import Availability
+from ...backend import Availability
 
 
 class CudaError(RuntimeError):

@@ -6,7 +6,7 @@ It receives each kernel before the frontend and owns its compilation and caching
 with the reason.
 """
 
-from ...framework.registry import register_backend
+from ...backend import register_backend
 from .backend import SerialBackend
 
 backend = SerialBackend()

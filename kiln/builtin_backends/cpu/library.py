@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ...backend import Dim3
 from ...codegen.library import LibraryTarget
 from ...codegen.library.entries import EntryPoint
 from ...codegen.library.glue import (
@@ -25,7 +26,6 @@ from ...codegen.library.glue import (
 from ...codegen.library.host import compile_object, link_library
 from ...codegen.threadloops import BLOCK_DIMS, SLOT, SMALL_LAUNCH
 from ...framework.actions import ActionError
-from ...framework.backend import Dim3
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
 from ...ir.passes.status import STATUS_WORDS
 from .backend import MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CpuBackend, build_env

@@ -11,14 +11,14 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ...framework.backend import (
+from ...backend import (
     Availability,
     Capabilities,
     DeviceKind,
     Dim3,
     DirectBackend,
+    register_backend,
 )
-from ...framework.registry import register_backend
 from ...ir.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
 from ...runtime.host import HostAllocator, HostQueue, HostStream, host_memory_bytes
@@ -34,7 +34,7 @@ class InterpBackend(DirectBackend):
     priority = 10
     intrinsic_namespaces = ("interp",)
     supports_recursion = True  # calls are Python calls (max_depth is checked)
-    checks_bounds = True  # every access, always (kiln.backends.interp.bounds)
+    checks_bounds = True  # every access, always (kiln.builtin_backends.interp.bounds)
 
     def __init__(self) -> None:
         self.allocator, self.queue = HostAllocator(), HostQueue()
