@@ -183,8 +183,7 @@ class ForeignArray:
             raise LaunchError(f"{where}: the {type(value).__name__}'s pointer {self.ptr:#x} "
                               f"or stream {self.stream} is not an address")
         if dtype != elem.dtype or len(self.shape) != p["ndim"]:
-            raise LaunchError(f"{where}: expected a {p['ndim']}-d {elem.dtype.name} array, got "
-                              f"a {len(self.shape)}-d {dtype.name} one")
+            raise _wrong_array(where, p["ndim"], elem.dtype, len(self.shape), dtype)
         if strides is not None and tuple(strides) != c_strides(self.shape, dtype.itemsize):
             raise LaunchError(f"{where}: the {type(value).__name__} is not C-contiguous "
                               f"(strides {tuple(strides)}); pass a contiguous copy")
@@ -266,8 +265,7 @@ class EntryPoint:
                               f"(NumPy, library memory or, for cuda, a CUDA array), got "
                               f"{type(value).__name__}")
         if value.dtype != elem.dtype or value.ndim != p["ndim"]:
-            raise LaunchError(f"{where}: expected a {p['ndim']}-d {elem.dtype.name} array, got "
-                              f"a {value.ndim}-d {value.dtype.name} one")
+            raise _wrong_array(where, p["ndim"], elem.dtype, value.ndim, value.dtype)
         if isinstance(value, LibraryArray):
             if value.library is not self.library:
                 raise LaunchError(f"{where}: the array belongs to another library context")
@@ -437,3 +435,15 @@ def load_library(folder: str | Path, device: int = 0, name: str | None = None) -
                          f"kiln loads format {MANIFEST_FORMAT}: rebuild the library with it "
                          "(kiln build)")
     return Library(path, manifest, device)
+
+
+def _wrong_array(where: str, ndim: int, expected: np.dtype, got_ndim: int,
+                 got: np.dtype) -> LaunchError:
+    """What an array of the wrong rank or dtype is told; data of the right type in the
+    other byte order is named so (the library reads the machine's)."""
+    if ndim == got_ndim and not got.isnative and got.newbyteorder("=") == expected:
+        return LaunchError(f"{where}: expected a {ndim}-d {expected.name} array in this "
+                           f"machine's byte order, got a big-endian one ({got.str}): pass "
+                           "x.astype(x.dtype.newbyteorder('='))")
+    return LaunchError(f"{where}: expected a {ndim}-d {expected.name} array, got a "
+                       f"{got_ndim}-d {got.name} one")

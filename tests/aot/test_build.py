@@ -182,6 +182,10 @@ def test_load_library_launches_through_the_library(examples_library) -> None:
     with pytest.raises(kiln.LaunchError, match=r"argument 'b' \(#2\) of vector_add: expected "
                        r"a 1-d float32 array, got a 1-d float64 one"):
         lib.vector_add(1, 32, a, b.astype(np.float64), c, n)
+    with pytest.raises(kiln.LaunchError, match=r"argument 'b' \(#2\) of vector_add: expected "
+                       r"a 1-d float32 array in this machine's byte order, got a big-endian "
+                       r"one \(>f4\): pass x.astype"):
+        lib.vector_add(1, 32, a, b.astype(">f4"), c, n)
     with pytest.raises(kiln.LaunchError, match="argument 'n' .*does not fit i32"):
         lib.vector_add(1, 32, a, b, c, 2**40)
     with pytest.raises(kiln.LaunchError, match="vector_add takes 4 argument"):
