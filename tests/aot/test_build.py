@@ -796,6 +796,20 @@ def test_library_arrays_refuse_shapes_and_dtypes_kiln_empty_refuses(
         lib.empty(shape, dtype)
 
 
+def test_an_opencl_library_names_the_buffer_size_it_cannot_allocate(checked_library) -> None:
+    """More bytes than the device's largest buffer: the library's message names the
+    condition (CL_INVALID_BUFFER_SIZE), not only its number."""
+    target, lib_dir = checked_library
+    if target != "opencl" or not backend_entry("opencl").available:
+        pytest.skip("an OpenCL library, with pyopencl to read the device's largest buffer")
+    limit = int(kiln.device("opencl").handle.device.max_mem_alloc_size)
+    lib = kiln.load_library(lib_dir)
+    with pytest.raises(RuntimeError, match=r"OpenCL error -61 \(CL_INVALID_BUFFER_SIZE: more "
+                       r"bytes than the device's largest buffer"):
+        lib.empty(limit // 4 + 16, np.float32)
+    np.testing.assert_array_equal(lib.to_device(np.ones(4, np.float32)).copy_to_host(), 1)
+
+
 def test_to_device_takes_scalar_types_as_kiln_to_device_does(checked_library) -> None:
     """Object, complex and string arrays are refused by dtype (an object array's pointers
     are no data for a kernel); a 0-d array keeps shape (), and big-endian data arrives as

@@ -168,9 +168,27 @@ struct {lib}_context {{
 
 {sources}
 
+/* What an OpenCL error code means, for the ones a library call can meet. */
+static const char *kiln_cl_error(cl_int e) {{
+    switch (e) {{
+    case -4: return "CL_MEM_OBJECT_ALLOCATION_FAILURE: the device's memory is full";
+    case -5: return "CL_OUT_OF_RESOURCES";
+    case -6: return "CL_OUT_OF_HOST_MEMORY";
+    case -30: return "CL_INVALID_VALUE";
+    case -38: return "CL_INVALID_MEM_OBJECT";
+    case -52: return "CL_INVALID_KERNEL_ARGS";
+    case -54: return "CL_INVALID_WORK_GROUP_SIZE";
+    case -61: return "CL_INVALID_BUFFER_SIZE: more bytes than the device's largest buffer "
+                     "(CL_DEVICE_MAX_MEM_ALLOC_SIZE)";
+    case -63: return "CL_INVALID_GLOBAL_WORK_SIZE";
+    default: return "see the OpenCL headers";
+    }}
+}}
+
 static int kiln_cl_check(cl_int e, const char *what) {{
     return e == CL_SUCCESS ? {LIB}_SUCCESS
-                           : kiln_fail({LIB}_ERROR_DEVICE, "%s: OpenCL error %d", what, e);
+                           : kiln_fail({LIB}_ERROR_DEVICE, "%s: OpenCL error %d (%s)", what, e,
+                                       kiln_cl_error(e));
 }}
 
 /* Everything a context holds (not its memory, which the program frees). */
@@ -280,7 +298,8 @@ static int kiln_cl_build({lib}_context *c, int k, int correct_division) {{
     cl_int e;
     cl_mem m = cl.CreateBuffer(ctx->context, CL_MEM_READ_WRITE, nbytes ? nbytes : 1, NULL, &e);
     if (e != CL_SUCCESS) {{
-        kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: %zu bytes: OpenCL error %d", nbytes, e);
+        kiln_fail({LIB}_ERROR_OUT_OF_MEMORY, "alloc: %zu bytes: OpenCL error %d (%s)", nbytes,
+                  e, kiln_cl_error(e));
         return NULL;
     }}
     if (!kiln_ranges_add(&ctx->memory, m, nbytes, 0)) {{
