@@ -330,6 +330,13 @@ def _check_chunks(kernel: Kernel, name: str, array: da.Array) -> None:
     if any(np.isnan(size) for sizes in array.chunks for size in sizes):
         raise LaunchError(f"{where} has chunks of unknown size (after boolean indexing, "
                           "say): x.compute_chunk_sizes() first")
+    if isinstance(array._meta, np.ma.MaskedArray):
+        raise LaunchError(_MASKED.format(where=where))
+
+
+_MASKED = ("{where} is a masked array: kernels take no masks (a kernel would read the "
+           "masked elements' data); pass dask.array.ma.filled(x, value) or "
+           "dask.array.ma.getdata(x)")
 
 
 def _as_dask(value: da.Array | np.ndarray, template: da.Array | None) -> da.Array:
@@ -339,6 +346,8 @@ def _as_dask(value: da.Array | np.ndarray, template: da.Array | None) -> da.Arra
 
 
 def _on(chunk: Any, dev: Device) -> DeviceArray:
+    if isinstance(chunk, np.ma.MaskedArray):  # a chunk its array's meta did not announce
+        raise LaunchError(_MASKED.format(where="kiln.dask: a chunk"))
     if isinstance(chunk, DeviceArray):
         return chunk if chunk.device is dev else chunk.to(dev)
     return to_device(np.ascontiguousarray(chunk), dev)

@@ -345,6 +345,11 @@ def test_mistakes_are_found_where_the_graph_is_built():
     with pytest.raises(kiln.LaunchError, match=r"'x' of saxpy has chunks of unknown size"
                                                r".*x\.compute_chunk_sizes\(\) first"):
         kd.map_blocks(saxpy, some, some, 1.0, kiln.shard_rows, out="out")
+    masked = da.from_array(np.ma.masked_array(np.ones(8, np.float32), mask=[0, 1] * 4),
+                           chunks=4, asarray=False)
+    with pytest.raises(kiln.LaunchError, match=r"'x' of saxpy is a masked array: kernels "
+                                               r"take no masks.*dask\.array\.ma\.filled"):
+        kd.map_blocks(saxpy, masked, masked, 1.0, kiln.shard_rows, out="out")
     with pytest.raises(kiln.LaunchError, match=r"output 'out' of row_offsets is f32\[:, :\]; "
                                                r"it holds one value, as a 1-d array"):
         kd.reduction(row_offsets, da.ones((4, 4), dtype=np.float32), kiln.shard_start,
