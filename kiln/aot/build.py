@@ -39,13 +39,22 @@ def target_backend(target: str) -> Backend:
 
 def hinted_types(kernel: Kernel) -> tuple[Type, ...]:
     """The kernel's annotations, when they give every parameter a type or value."""
-    missing = [name for name, t in kernel.signature
-               if t is None or (isinstance(t, ConstexprType) and t.value is None)]
-    if missing:
+    untyped = [name for name, t in kernel.signature if t is None]
+    valueless = [name for name, t in kernel.signature
+                 if isinstance(t, ConstexprType) and t.value is None]
+    if untyped or valueless:
+        what = [*([f"{', '.join(untyped)} {'has' if len(untyped) == 1 else 'have'} no type "
+                   "hint"] if untyped else []),
+                *([f"{', '.join(valueless)} {'is a' if len(valueless) == 1 else 'are'} "
+                   f"kiln.constexpr without a value"] if valueless else [])]
+        spelled = ",".join(
+            f"TYPE_OF_{name.upper()}" if t is None
+            else f"VALUE_OF_{name.upper()}" if isinstance(t, ConstexprType) and t.value is None
+            else str(t) for name, t in kernel.signature)
         raise ActionError(
-            f"{kernel.name}: parameters {', '.join(missing)} have no type hint or constexpr "
-            f"value; give them with --kernel {kernel.name}:TYPES, e.g. "
-            f"--kernel {kernel.name}:f32[:],f32[:],i32")
+            f"{kernel.name}: {' and '.join(what)}; give every parameter with --kernel "
+            f"{kernel.name}:{spelled} (a type such as f32[:] or i32, or a constexpr's "
+            "value such as 4)")
     return tuple(t for _, t in kernel.signature)  # type: ignore[misc]
 
 

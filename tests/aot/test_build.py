@@ -243,6 +243,10 @@ def broken(x: f32[:], n: i32):
     x[0] = undefined_name
 
 @kiln.kernel
+def tiled(x: f32[:], n: i32, tile: kiln.constexpr):
+    x[0] = tile
+
+@kiln.kernel
 def scaled(x: f32[:], k: kiln.constexpr):
     x[0] = x[0] * k
 
@@ -257,7 +261,10 @@ def recurses(x: i32[:]):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--kernel", "generic"], "generic: parameters x, n have no type hint"),
+    (["--kernel", "generic"], "generic: x, n have no type hint; give every parameter with "
+     "--kernel generic:TYPE_OF_X,TYPE_OF_N"),
+    (["--kernel", "tiled"], "tiled: tile is a kiln.constexpr without a value; give every "
+     "parameter with --kernel tiled:f32[:],i32,VALUE_OF_TILE"),
     (["--kernel", "broken"], "undefined_name"),
     (["--kernel", "generic:f32[:]"], "generic has 2 parameter(s), 1 type(s) given"),
     (["--kernel", "nothing"], "no kernel 'nothing'"),
