@@ -72,14 +72,15 @@ def variants(dev: kiln.Device) -> dict[str, Callable[[], Any]]:
         out["kiln's C shim, prepacked"] = lambda keep=keep: run(record[1])
     plans = _Plans()
     out["kernel[1, 256]: launcher lookup"] = lambda: vector_add[1, 256]
-    fastpath.remember(plans, "checks", args, types, dev, lambda values: None, (), (),
-                      convert=False)
+    fastpath.remember(plans, ("checks", None, None, None), args, types, dev,
+                      lambda values: None, (), (), convert=False)
     target = routine.launch_target(GRID, BLOCK, args, handle)
-    fastpath.remember(plans, "call", args, types, dev, target, (), (), convert=False)
+    fastpath.remember(plans, ("call", None, None, None), args, types, dev,
+                      target, (), (), convert=False)
     shim_of = cuda_launch.shim
     cuda_launch.shim = lambda: None  # the same plan, calling cuda-bindings
     try:
-        fastpath.remember(plans, "bindings", args, types, dev,
+        fastpath.remember(plans, ("bindings", None, None, None), args, types, dev,
                           routine.launch_target(GRID, BLOCK, args, handle), (), (),
                           convert=False)
     finally:
@@ -87,7 +88,7 @@ def variants(dev: kiln.Device) -> dict[str, Callable[[], Any]]:
     for key, label in (("checks", "plan: checks alone"),
                        ("call", "plan, then pack + launch function"),
                        ("bindings", "the same, calling cuda-bindings")):
-        out[label] = lambda p=plans.launch_plans[key]: p(args)
+        out[label] = lambda p=plans.launch_plans[(key, None, None, None)]: p(args)
     out["kiln vector_add[1, 256](a, b, c, n)"] = lambda: vector_add[1, 256](a, b, c, n)
     out["kiln vector_add.prepare(...)()"] = vector_add.prepare(1, 256, a, b, c, n)
     out.update(_peers(a, b, c, n))
