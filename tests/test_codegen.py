@@ -107,7 +107,10 @@ def test_kernel_abi_flattens_arrays_into_pointer_and_dims() -> None:
         ("out", "pointer", -1), ("out", "dim", 0), ("n", "scalar", -1)]
     assert abi[2].label == "x.shape[1]"
     x, out = np.zeros((3, 5), np.float32), np.zeros(4, np.int64)
-    assert abi_values(abi, [x, out, np.int32(9)], id) == [id(x), 3, 5, id(out), 4, 9]
+    assert abi_values(abi, [x, out, np.int32(9)], lambda a, _: id(a)) == [
+        id(x), 3, 5, id(out), 4, 9]
+    typed = abi_values(abi, [x, out, np.int32(9)], lambda a, p: (p.param, p.type.name))
+    assert [typed[0], typed[3]] == [("x", "f32"), ("out", "i64")]
 
 
 @kiln.kernel
