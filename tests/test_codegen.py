@@ -12,6 +12,7 @@ import kiln
 from kiln import f32, i32, i64
 from kiln.backends.cpu import CpuEmitter
 from kiln.codegen import CEmitter, CExpr, NameTable, abi_values, compile_error, handles, kernel_abi
+from kiln.codegen.diagnostics import SourceMap
 from kiln.ir import nodes as ir
 from kiln.ir.intrinsics import INDEX_BASES, intrinsics
 from kiln.ir.passes import lower_thread_loops
@@ -154,3 +155,20 @@ def test_errors_in_generated_code_quote_the_c_line() -> None:
                           "cpu")
     assert error.loc is None
     assert "expected expression" in str(error) and "int b = ;" in str(error)
+
+
+def test_a_source_map_locates_a_non_c_targets_errors() -> None:
+    """Python source has no `#line`: the emitter's map gives the user's line, and a line
+    kiln generated itself is quoted."""
+    source = "def k(a):\n    a[0] = (\n"
+    here = ir.Loc(__file__, 7, 4, 20)
+    lines = SourceMap()
+    lines.add(2, here)
+    lines.add(1, None)
+    try:
+        compile(source, "<kiln>", "exec")
+    except SyntaxError as exc:
+        error = lines.error(exc.msg, exc.lineno or 0, source, str(exc), "python")
+    assert error.loc == here and "python compiler output" in str(error)
+    unmapped = lines.error("bad", 1, source)
+    assert unmapped.loc is None and "line 1: def k(a):" in str(unmapped)
