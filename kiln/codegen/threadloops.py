@@ -29,13 +29,13 @@ from typing import ClassVar
 from .. import settings
 from ..ir import nodes as ir
 from ..ir.abi import AbiParam, function_abi
-from ..ir.analysis import reads_and_writes
 from ..ir.enums import MemorySpace
 from ..ir.passes import InternalError
 from ..ir.types import ArrayType, i32, i64
 from ..ir.visit import handles, walk
 from .emitter import BINARY_PREC, CEmitter, CExpr
 from .helpers import C_HELPERS, HelperTemplate
+from .regions import plan_region
 from .threadloop_intrinsics import ATOMIC_HELPERS
 
 AXES = "xyz"
@@ -121,20 +121,6 @@ def thread_loop_prologue(simd: str = "") -> str:
         text += f"\n/* {comment} */\n#define KILN_FOR_EACH_THREAD{suffix} \\\n"
         text += " \\\n".join(loops) + "\n"
     return text
-
-
-def _initialisations(body: list[ir.Stmt], private: list[str]) -> list[ir.Assign]:
-    """The assignments `body` starts with that can declare a private variable (`T x = v;`):
-    the first of each, reading no private variable not declared before it."""
-    out: list[ir.Assign] = []
-    pending = set(private)
-    for s in body:
-        if not (isinstance(s, ir.Assign) and s.target in pending
-                and not reads_and_writes(s.value)[0] & pending):
-            break
-        out.append(s)
-        pending.discard(s.target)
-    return out
 
 
 def _on_block_memory(emitter: ThreadLoopEmitter, call: ir.IntrinsicCall) -> bool:
@@ -373,24 +359,18 @@ class ThreadLoopEmitter(CEmitter):
         by assigning are declared there (yields how many such statements it emitted). A
         block variable's last thread's value is kept, through a second variable, so no
         thread reads another's update."""
-        if reads is None:
-            loads, stores = loop.loads, loop.stores
-        else:
-            needed = set().union(*(reads_and_writes(e)[0] for e in reads))
-            loads, stores = [n for n in loop.loads if n in needed], []
-        kept = [n for n in stores if n in self.block_values]
-        for name in kept:
+        plan = plan_region(self.blocks, loop, reads)
+        for name in plan.kept:
             self.line(f"{self.block_stores[name]} = {self.block_values[name]};")
-        lockstep = isinstance(loop, ir.LockstepLoop)
-        inductions = [i.var for i in loop.inductions] if isinstance(loop, ir.LockstepLoop) else []
-        self.thread_locals = {*loads, *loop.private, *inductions}
+        self.thread_locals = plan.thread_locals
         self.thread_return = False
         with self.indented(f"{macro} {{"):
-            if any(n in self.thread_arrays for n in loads) or self.blocks.exits or lockstep:
+            if (any(n in self.thread_arrays for n in plan.loads) or plan.skips_exited
+                    or plan.lockstep):
                 self.line(LINEAR_THREAD)
-            if self.blocks.exits:
+            if plan.skips_exited:
                 self.line("if (kiln_exited[kiln_t]) continue;")
-            for name in loads:
+            for name in plan.loads:
                 t = self.func.var_type(name)
                 source = (f"{self.thread_arrays[name]}[kiln_t]" if name in self.thread_arrays
                           else self.block_values[name])
@@ -398,28 +378,26 @@ class ThreadLoopEmitter(CEmitter):
                     self.line(f"{self.storage_type(t.scalar_elem)} *{self.names[name]} = {source};")
                 else:
                     self.line(f"{self.ctype(t)} {self.names[name]} = {source};")  # type: ignore[arg-type]
-            start = loop.setup if isinstance(loop, ir.LockstepLoop) else loop.body
-            initial = _initialisations(start, loop.private)
-            for a in initial:
+            for a in plan.initial:
                 ctype = self.ctype(self.func.var_type(a.target))  # type: ignore[arg-type]
                 self.line(f"{ctype} {self.names[a.target]} = {self.expr(a.value).text};", a.loc)
-            done = {a.target for a in initial}
-            for name in loop.private:
+            done = {a.target for a in plan.initial}
+            for name in plan.private:
                 if name not in done:
                     self.line(self.declaration(name, self.func.var_type(name)))
             if isinstance(loop, ir.LockstepLoop):
-                self.block(loop.setup[len(initial):])
-            yield len(initial)
+                self.block(loop.setup[len(plan.initial):])
+            yield len(plan.initial)
             self.unmapped()
             if self.thread_return:
                 self.line(f"kiln_next_{self.labels}:;")
-            for name in stores:
+            for name in plan.stores:
                 target = (f"{self.thread_arrays[name]}[kiln_t]" if name in self.thread_arrays
                           else self.block_stores[name])
                 self.line(f"{target} = {self.names[name]};")
         self.thread_locals = None
         self.labels += self.thread_return
-        for name in kept:
+        for name in plan.kept:
             self.line(f"{self.block_values[name]} = {self.block_stores[name]};")
 
     def emit_entry(self, kernel: ir.Function) -> None:

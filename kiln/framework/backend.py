@@ -398,7 +398,7 @@ class Backend(ABC):
         """The IR passes this backend wants, in order (after the frontend's checks): the full
         shared pipeline for `device` (feature check, recursion bounding, lowering of
         aggregates and warps, ...), then `codegen_passes`. Override to add or drop passes."""
-        return [*pipeline_for(device), *self.codegen_passes]
+        return pipeline_for(device, then=self.codegen_passes)
 
     def build_identity(self, device: Device) -> str:
         """Everything outside the IR that changes compiled code (for the in-memory cache)."""

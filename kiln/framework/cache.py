@@ -5,11 +5,12 @@ generated source, the build environment's identity (compiler, version, flags), t
 architecture and the backend options. An entry on disk is one file,
 `<root>/<backend>/<key><suffix>`: the payload (a shared library, a cubin, ...) followed by
 a footer (magic, payload length, SHA-256). Payloads stay directly loadable (ELF loaders
-ignore trailing bytes). Writes go to a private temporary file renamed into place, so a
-reader sees a whole entry or none; a truncated or corrupt entry fails its footer check and
-is rebuilt, replaced by the same atomic rename (never deleted: a concurrent writer may
-have just put a valid one there); threads and processes sharing the directory at most
-compile the same kernel twice.
+ignore trailing bytes); a text entry (Python source, say) ends with the footer as a last
+comment line instead, so it stays importable. Writes go to a private temporary file
+renamed into place, so a reader sees a whole entry or none; a truncated or corrupt entry
+fails its footer check and is rebuilt, replaced by the same atomic rename (never deleted:
+a concurrent writer may have just put a valid one there); threads and processes sharing
+the directory at most compile the same kernel twice.
 
 Entries are native code kiln loads into the process, so the cache trusts only what this
 user alone can write: the root and backend folders (made with mode 0o700) and each entry
@@ -112,18 +113,45 @@ class UnusableEntry(Exception):
     """A cache file kiln will not load: corrupt, or not to be trusted (the message says why)."""
 
 
-def write_entry(path: Path, payload: bytes) -> None:
+def footer(payload: bytes, comment: str | None = None) -> bytes:
+    """The footer of an entry: binary, or (for a text entry, `comment` its language's line
+    comment) one last comment line, so that the entry stays valid source (importable)."""
+    digest = hashlib.sha256(payload).digest()
+    if comment is None:
+        return FOOTER.pack(MAGIC, len(payload), digest)
+    return f"\n{comment} {MAGIC.decode()} {len(payload)} {digest.hex()}\n".encode()
+
+
+def split_entry(data: bytes, comment: str | None = None) -> bytes:
+    """The payload of an entry's bytes; raises UnusableEntry where the footer is missing or
+    does not match."""
+    if comment is None:
+        if len(data) < FOOTER.size:
+            raise UnusableEntry("it is truncated")
+        magic, length, digest = FOOTER.unpack_from(data, len(data) - FOOTER.size)
+        payload = data[: len(data) - FOOTER.size]
+        ok = magic == MAGIC and length == len(payload)
+    else:
+        payload, _, last = data[:-1].rpartition(b"\n")
+        ok = data.endswith(b"\n") and footer(payload, comment) == b"\n" + last + b"\n"
+    if not ok or footer(payload, comment) != data[len(payload):]:
+        raise UnusableEntry("it is corrupt (its footer does not match its contents)")
+    return payload
+
+
+def write_entry(path: Path, payload: bytes, comment: str | None = None) -> None:
     """Write payload + footer atomically: a private temporary file (mode 0o600) in the same
-    folder, renamed over `path` (which replaces a symbolic link, never writes through it)."""
+    folder, renamed over `path` (which replaces a symbolic link, never writes through it).
+    `comment`: a text entry's line comment (`footer`)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f"{path.name}{TMP_MARK}", dir=path.parent)
-    footer = FOOTER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest())
+    end = footer(payload, comment)
     try:
         with open(fd, "wb") as f:
             view = memoryview(payload)
             for start in range(0, len(view), 1 << 20):  # chunks: a kill leaves a short tmp
                 f.write(view[start:start + (1 << 20)])
-            f.write(footer)
+            f.write(end)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -131,10 +159,11 @@ def write_entry(path: Path, payload: bytes) -> None:
         raise
 
 
-def read_entry(path: Path) -> bytes | None:
+def read_entry(path: Path, comment: str | None = None) -> bytes | None:
     """The payload of a valid entry, or None when there is none; raises UnusableEntry for a
     corrupt one or one kiln must not trust (see `untrusted`). Opened without following a
-    symbolic link and checked on the open file, so what is checked is what is read."""
+    symbolic link and checked on the open file, so what is checked is what is read.
+    `comment`: a text entry's line comment (`footer`)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC)
     except FileNotFoundError:
@@ -153,13 +182,7 @@ def read_entry(path: Path) -> bytes | None:
         raise UnusableEntry(f"it cannot be read ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
-    if len(data) < FOOTER.size:
-        raise UnusableEntry("it is truncated")
-    magic, length, digest = FOOTER.unpack_from(data, len(data) - FOOTER.size)
-    payload = data[: len(data) - FOOTER.size]
-    if magic != MAGIC or length != len(payload) or hashlib.sha256(payload).digest() != digest:
-        raise UnusableEntry("it is corrupt (its footer does not match its contents)")
-    return payload
+    return split_entry(data, comment)
 
 
 def untrusted(st: os.stat_result, folder: bool) -> str | None:
@@ -227,9 +250,12 @@ class CacheEntry:
 class CompileCache:
     """One backend's cache: `get_or_build(key, build, load)` is all a backend calls."""
 
-    def __init__(self, backend: str, suffix: str = ".bin") -> None:
+    def __init__(self, backend: str, suffix: str = ".bin", comment: str | None = None) -> None:
+        """`comment` (a line comment, "#" for Python) makes entries text: the footer is a
+        last comment line, so an entry is valid source a loader can import or read."""
         self.backend = backend
         self.suffix = suffix
+        self.comment = comment
         self._memory: dict[str, Any] = {}
         self._lock = threading.Lock()
 
@@ -273,7 +299,7 @@ class CompileCache:
 
     def _read(self, key: str, path: Path) -> CacheEntry | None:
         try:
-            payload = read_entry(path)
+            payload = read_entry(path, self.comment)
         except UnusableEntry as exc:
             _warn_once(f"not loading the compile cache entry {path}: {exc}; compiling it again")
             return None
@@ -284,14 +310,14 @@ class CompileCache:
         entry's place, a full disk), write it to the fallback instead (warned once)."""
         path = self.path(key)
         try:
-            write_entry(path, payload)
+            write_entry(path, payload, self.comment)
             _remove_stale_tmp(path.parent)
         except OSError as exc:
             fallback = fallback_folder(self.backend)
             _warn_once(f"cannot write to the compile cache folder {path.parent} "
                        f"({exc.strerror or exc}); compiling into {fallback} instead")
             path = fallback / path.name
-            write_entry(path, payload)
+            write_entry(path, payload, self.comment)
         return CacheEntry(key, path, payload)
 
     def get_or_build(self, key: str, build: Callable[[], bytes],

@@ -193,8 +193,8 @@ def target_pipeline(backend: Backend) -> Sequence[Pass]:
     where it cannot recurse, warps of one thread where threads run as loops, as in-process
     compiles do), then its `codegen_passes`."""
     loops = lower_thread_loops in backend.codegen_passes
-    return [*pipeline_for(None, backend=backend, single_lane_warps=loops),
-            *backend.codegen_passes]
+    return pipeline_for(None, backend=backend, single_lane_warps=loops,
+                        then=backend.codegen_passes)
 
 
 def register_backend(backend: Backend, priority: int | None = None) -> None:

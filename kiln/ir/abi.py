@@ -57,18 +57,20 @@ def kernel_abi(program: Program) -> list[AbiParam]:
 
 
 def abi_values(abi: Sequence[AbiParam], args: Sequence[Any],
-               pointer: Callable[[Any], Any]) -> list[Any]:
-    """Launch values in ABI order: `pointer(array)` for pointers, shapes, scalars (bf16 as
-    its bits).
+               pointer: Callable[[Any, AbiParam], Any]) -> list[Any]:
+    """Launch values in ABI order: `pointer(array, param)` for pointers, shapes, scalars
+    (bf16 as its bits).
 
     `args` are the executor's launch arguments (DeviceArrays and NumPy scalars, in
-    parameter order); `pointer` turns a DeviceArray into the backend's pointer value.
+    parameter order); `pointer` turns a DeviceArray into the backend's pointer value. It
+    receives the `AbiParam` too (its element type, C name and index): a target that passes
+    typed views rather than addresses needs it.
     """
     out: list[Any] = []
     for p in abi:
         value = args[p.index]
         if p.kind == "pointer":
-            out.append(pointer(value))
+            out.append(pointer(value, p))
         elif p.kind == "dim":
             out.append(value.shape[p.axis])
         else:

@@ -11,6 +11,7 @@ import kiln
 from kiln import f32, i32, i64
 from kiln.builtin_backends.cpu import CpuEmitter
 from kiln.codegen import CEmitter, CExpr, NameTable, abi_values, compile_error, handles, kernel_abi
+from kiln.codegen.diagnostics import SourceMap
 from kiln.ir import nodes as ir
 from kiln.ir.intrinsics import INDEX_BASES, intrinsics
 from kiln.ir.passes import lower_thread_loops
@@ -107,7 +108,10 @@ def test_kernel_abi_flattens_arrays_into_pointer_and_dims() -> None:
         ("out", "pointer", -1), ("out", "dim", 0), ("n", "scalar", -1)]
     assert abi[2].label == "x.shape[1]"
     x, out = np.zeros((3, 5), np.float32), np.zeros(4, np.int64)
-    assert abi_values(abi, [x, out, np.int32(9)], id) == [id(x), 3, 5, id(out), 4, 9]
+    assert abi_values(abi, [x, out, np.int32(9)], lambda a, _: id(a)) == [
+        id(x), 3, 5, id(out), 4, 9]
+    typed = abi_values(abi, [x, out, np.int32(9)], lambda a, p: (p.param, p.type.name))
+    assert [typed[0], typed[3]] == [("x", "f32"), ("out", "i64")]
 
 
 @kiln.kernel
@@ -151,3 +155,20 @@ def test_errors_in_generated_code_quote_the_c_line() -> None:
                           "cpu")
     assert error.loc is None
     assert "expected expression" in str(error) and "int b = ;" in str(error)
+
+
+def test_a_source_map_locates_a_non_c_targets_errors() -> None:
+    """Python source has no `#line`: the emitter's map gives the user's line, and a line
+    kiln generated itself is quoted."""
+    source = "def k(a):\n    a[0] = (\n"
+    here = ir.Loc(__file__, 7, 4, 20)
+    lines = SourceMap()
+    lines.add(2, here)
+    lines.add(1, None)
+    try:
+        compile(source, "<kiln>", "exec")
+    except SyntaxError as exc:
+        error = lines.error(exc.msg, exc.lineno or 0, source, str(exc), "python")
+    assert error.loc == here and "python compiler output" in str(error)
+    unmapped = lines.error("bad", 1, source)
+    assert unmapped.loc is None and "line 1: def k(a):" in str(unmapped)

@@ -66,6 +66,25 @@ def test_entries_round_trip_and_get_or_build_builds_once(cache_dir: Path) -> Non
     assert cache.clear() == 1 and cache.info()["total entries"] == 0
 
 
+def test_text_entries_stay_importable_and_detect_damage(cache_dir: Path) -> None:
+    """A text entry's footer is a last comment line: the entry imports as Python, and a
+    changed byte or a lost line still fails the check."""
+    c = cache.CompileCache("test", ".py", comment="#")
+    key = cache.cache_key("test", "source", ENV, "arch")
+    source = b"def answer():\n    return 42\n"
+    path = c.get_or_build(key, lambda: source, lambda e: e.path, "k")
+    namespace: dict[str, object] = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    assert namespace["answer"]() == 42  # type: ignore[operator]
+    assert cache.CompileCache("test", ".py", comment="#").lookup(key).payload == source
+    with pytest.raises(cache.UnusableEntry, match="footer"):
+        cache.split_entry(path.read_bytes().replace(b"42", b"43"), "#")
+    with pytest.raises(cache.UnusableEntry, match="footer"):
+        cache.split_entry(source, "#")
+    with pytest.raises(cache.UnusableEntry, match="footer"):  # binary footer expected
+        cache.split_entry(path.read_bytes())
+
+
 def test_key_covers_source_compiler_flags_arch_and_options() -> None:
     base = cache.cache_key("cpu", "src", ENV, "x86_64-znver3", {"fastmath": False})
     variants = [

@@ -82,7 +82,7 @@ class CpuKernel:
 
     def launch(self, grid: Dim3, block: Dim3, args: Sequence[Any], stream: HostStream) -> None:
         entry = self.binary(block).entry
-        values = abi_values(self.compiled.params, args, lambda a: a.buffer.ctypes.data)
+        values = abi_values(self.compiled.params, args, lambda a, _: a.buffer.ctypes.data)
         threads = self.team_size(grid, block, stream.threads or host_threads())
         packed = self.layout.pack(*values, *grid, threads)
         keep = [a.buffer for a in args if hasattr(a, "buffer")]  # alive until the launch ran

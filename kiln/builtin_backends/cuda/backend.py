@@ -302,8 +302,8 @@ class CudaBackend(JITBackend):
 
     def pipeline(self, device: Device) -> Sequence[Pass]:
         """The shared pipeline, with matrix operations in their native forms on sm_80+."""
-        return [*pipeline_for(device, matrix_units=has_matrix_units(device)),
-                *self.codegen_passes]
+        return pipeline_for(device, matrix_units=has_matrix_units(device),
+                            then=self.codegen_passes)
 
     def build_identity(self, device: Device) -> str:
         major, minor = nvrtc.version()

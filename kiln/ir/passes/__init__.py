@@ -8,7 +8,7 @@ returns a new Program.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..nodes import Program
@@ -82,7 +82,7 @@ class PipelineTarget(Protocol):
 
 def pipeline_for(device: PipelineTarget | None, *, inline: bool = False,
                  matrix_units: bool = False, backend: BackendTraits | None = None,
-                 single_lane_warps: bool = False) -> list[Pass]:
+                 single_lane_warps: bool = False, then: Sequence[Pass] = ()) -> list[Pass]:
     """The default pipeline, after the device's feature check (when a device is known) and
     before inlining of every device function (for backends that cannot call functions).
     On devices whose warps have one thread, warp operations are lowered first. Records,
@@ -93,7 +93,9 @@ def pipeline_for(device: PipelineTarget | None, *, inline: bool = False,
     (code generated for another machine), `backend` gives what depends on the backend
     alone: operations lowered along its namespaces, recursion bounding, the check that
     each intrinsic has an implementation; and `single_lane_warps` says its warps have one
-    thread on every device (threads run as loops)."""
+    thread on every device (threads run as loops). `then` (the backend's `codegen_passes`)
+    run before that check, so that what they remove (`barrier`, under `lower_thread_loops`)
+    needs no spelling."""
     traits = device.backend if device is not None else backend
     _, returns, lowering, *rest = default_pipeline()
     passes: list[Pass] = [lower_matrix_ops(matrix_units), returns, lowering]
@@ -109,6 +111,7 @@ def pipeline_for(device: PipelineTarget | None, *, inline: bool = False,
     passes += rest
     if inline:
         passes.append(inline_functions)
+    passes += then
     if traits is not None:
         passes.append(check_implementations(traits.name, traits.intrinsic_namespaces))
     return passes

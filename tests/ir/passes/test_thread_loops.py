@@ -4,17 +4,23 @@ them, the printer, device functions' index parameters and 64-bit index arithmeti
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 
 import kiln
 from kiln import f32, i32
+from kiln.codegen.regions import plan_region
+from kiln.codegen.threadloop_intrinsics import THREAD_LOOP_IMPLS
 from kiln.examples import block_sum, matmul_tiled_square
 from kiln.ir import nodes as ir
+from kiln.ir.intrinsics import intrinsics
 from kiln.ir.passes import (
     InternalError,
     lower_aggregates,
     lower_thread_loops,
+    pipeline_for,
     widen_index_arithmetic,
 )
 from kiln.ir.passes.validate import validate
@@ -168,3 +174,52 @@ def test_warp_operations_left_for_thread_loops_name_the_capability() -> None:
     with pytest.raises(kiln.UnsupportedError, match=r"Capabilities\(warp_size=1\)") as info:
         lowered(lanes)
     assert info.value.loc is not None and info.value.loc.line == marked_line(lanes)
+
+
+def test_region_plans_name_each_thread_loops_storage() -> None:
+    (blocks,) = lowered(block_sum).kernel.body
+    assert isinstance(blocks, ir.BlockLoop)
+    plans = [plan_region(blocks, s) for s in blocks.body
+             if isinstance(s, (ir.ThreadLoop, ir.LockstepLoop))]
+    lockstep = plans[1]
+    assert lockstep.lockstep and lockstep.inductions == ["i"]
+    assert lockstep.loads == ["acc"] and lockstep.stores == ["acc"] and not lockstep.kept
+    assert lockstep.thread_locals >= {"acc", "i"} and not lockstep.skips_exited
+    loop = blocks.body[1]
+    assert isinstance(loop, ir.LockstepLoop)
+    test = plan_region(blocks, loop, reads=[loop.cond])  # the condition's pass
+    assert "acc" not in test.loads and test.stores == [] and test.kept == []
+    setting_k = [p for p in plans if "k" in p.stores]
+    assert setting_k and all(p.kept == ["k"] for p in setting_k)
+    tree = blocks.body[4]
+    assert isinstance(tree, ir.While)
+    step = tree.body[0]
+    assert isinstance(step, ir.ThreadLoop)
+    plan = plan_region(blocks, step)
+    assert plan.loads == ["k"] and plan.private == ["t"]
+    assert [a.target for a in plan.initial] == ["t"]
+
+
+@dataclass(frozen=True)
+class Traits:
+    name: str
+    supports_recursion: bool
+    intrinsic_namespaces: tuple[str, ...]
+
+
+def test_the_implementation_check_runs_after_the_codegen_passes() -> None:
+    """A thread-loop target need not spell `barrier`: `lower_thread_loops` removes it
+    before the check that every intrinsic has an implementation."""
+    spellings = {k: v for k, v in THREAD_LOOP_IMPLS.items() if k != "barrier"}
+    intrinsics.implement("test_loops_without_barrier", spellings)
+    traits = Traits("loops", False, ("test_loops_without_barrier", "c"))
+    assert intrinsics.implementation("barrier", traits.intrinsic_namespaces) is None
+    program = block_sum.program(block_sum._types(()))
+    for run in pipeline_for(None, backend=traits, single_lane_warps=True,
+                            then=(lower_thread_loops,)):
+        program = run(program)
+    assert not any(isinstance(n, ir.IntrinsicCall) and n.name == "barrier"
+                   for n in walk(program.kernel))
+    with pytest.raises(kiln.UnsupportedError, match="barrier has no implementation"):
+        for run in pipeline_for(None, backend=traits, single_lane_warps=True):
+            run(block_sum.program(block_sum._types(())))
