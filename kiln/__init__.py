@@ -21,6 +21,7 @@ from .errors import (
     UnknownNameError,
     UnsupportedError,
 )
+from .execution.autotune import Autotuned, AutotuneError, Config, autotune
 from .execution.drivers import ExecutionDriver, register_execution_model
 from .execution.kernel import Kernel, func, kernel, launch
 from .execution.raw import RawKernel
