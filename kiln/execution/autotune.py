@@ -69,6 +69,14 @@ class Config:
             raise AutotuneError(f"kiln.Config takes a dict of constexpr values by parameter "
                                 f"name, got {self.params!r}")
 
+    def __getitem__(self, name: str) -> Any:
+        """A constexpr value by name (`cfg["TILE"]` in a grid callable, as Triton's `meta`)."""
+        try:
+            return self.params[name]
+        except KeyError:
+            raise AutotuneError(f"this kiln.Config sets no {name!r} (it sets "
+                                f"{', '.join(self.params) or 'nothing'})") from None
+
     def describe(self) -> dict[str, Any]:
         """The JSON form kept on disk (values by repr: compared, never evaluated)."""
         return {"params": {k: repr(v) for k, v in sorted(self.params.items())},
