@@ -329,7 +329,9 @@ def _key_value(value: Any) -> str:
     changes the best configuration), other arguments by value."""
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if shape is not None and dtype is not None:
-        return f"{np.dtype(dtype).name}{list(shape)}"
+        if not isinstance(value, np.generic):
+            return f"{np.dtype(dtype).name}{list(shape)}"
+        value = value.item()  # a NumPy scalar keys as the Python number it equals
     return repr(value)
 
 

@@ -201,6 +201,26 @@ def test_failing_candidates_are_skipped_and_reported(interp: kiln.Device,
     assert "skipped SLOW_SMALL=0, block=131072 (LaunchError" in err
 
 
+def test_a_candidate_that_does_not_compile_is_skipped(interp: kiln.Device,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    broken = kiln.Config({"THREADS": "many"}, block=64)
+    k = kiln.autotune([broken, kiln.Config({"THREADS": 64}, block=64)],
+                      key=["n"])(block_sum_tuned.kernel)
+    x = np.ones(300, np.float32)
+    out = np.zeros(1, np.float32)
+    kiln.launch(k, grid=2, args=(x, out, 300), device=interp)
+    assert out[0] == 300
+    assert "skipped THREADS='many', block=64 (" in capsys.readouterr().err
+
+
+def test_numpy_scalars_key_as_python_numbers(interp: kiln.Device) -> None:
+    k = tuned()
+    run(k, SMALL, interp)
+    x = np.zeros(SMALL, np.float32)
+    kiln.launch(k, grid=1, args=(x, x.copy(), np.int32(SMALL)), device=interp)
+    assert k.tunings == 1
+
+
 def test_all_candidates_failing_is_an_error(interp: kiln.Device) -> None:
     k = kiln.autotune([kiln.Config({"SLOW_SMALL": 0}, block=1 << 17)], key=["n"])(doubled)
     with pytest.raises(kiln.AutotuneError, match="no candidate could run: SLOW_SMALL=0"):
