@@ -14,6 +14,7 @@ import pytest
 import kiln
 from kiln import f32, i32
 from kiln.examples import block_sum_tuned, matmul_tiled_tuned
+from kiln.execution import autotune as autotune_module
 from kiln.execution.autotune import autotune_enabled
 from kiln.framework.cache import read_entry, write_entry
 from tests.helpers import REPO, requires_backend, run_python
@@ -219,6 +220,18 @@ def test_numpy_scalars_key_as_python_numbers(interp: kiln.Device) -> None:
     x = np.zeros(SMALL, np.float32)
     kiln.launch(k, grid=1, args=(x, x.copy(), np.int32(SMALL)), device=interp)
     assert k.tunings == 1
+
+
+def test_a_long_tuning_prints_one_progress_line(interp: kiln.Device,
+                                                capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    run(tuned(), SMALL, interp)
+    assert capsys.readouterr().err == ""  # quick, nothing skipped: silent
+    monkeypatch.setattr(autotune_module, "PROGRESS_AFTER_S", 0.0)
+    run(tuned(), LARGE, interp)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"kiln: autotuned doubled for n={LARGE} on interp:0 in ")
+    assert ": SLOW_SMALL=1, block=64 (" in line and line.endswith("ms of 2 candidates)")
 
 
 def test_all_candidates_failing_is_an_error(interp: kiln.Device) -> None:
