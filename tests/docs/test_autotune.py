@@ -19,8 +19,9 @@ def test_the_page_has_an_example() -> None:
     assert len(EXAMPLES) == 1
 
 
-@pytest.mark.parametrize("backend", ["interp", pytest.param("cpu", marks=[
-    pytest.mark.compiler, requires_backend("cpu", "the cpu backend (gcc with OpenMP)")])])
+@pytest.mark.parametrize("backend", [
+    pytest.param(name, marks=requires_backend(name, f"no {name} backend here"))
+    for name in ("interp", "cpu", "opencl", "cuda")])
 def test_example_runs(backend: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("KILN_BACKEND", backend)
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))

@@ -276,8 +276,8 @@ def test_wrong_launches(interp: kiln.Device) -> None:
     kiln.launch(no_block, grid=1, block=4, args=(x, x, 4), device=interp)
 
 
-EXAMPLE_BACKENDS = ["interp", pytest.param("cpu", marks=[
-    pytest.mark.compiler, requires_backend("cpu", "the cpu backend (gcc with OpenMP)")])]
+EXAMPLE_BACKENDS = [pytest.param(name, marks=requires_backend(name, f"no {name} backend here"))
+                    for name in ("interp", "cpu", "opencl", "cuda")]
 
 
 @pytest.mark.parametrize("backend", EXAMPLE_BACKENDS)
