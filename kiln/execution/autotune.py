@@ -26,6 +26,7 @@ import numpy as np
 from ..errors import KernelError, LaunchError
 from ..framework.cache import CompileCache
 from ..ir.types import ConstexprType
+from ..runtime.array import DeviceArray, DeviceArrayView, to_device
 from ..runtime.device import Device, Stream
 from .executor import launch_device
 from .fingerprint import NotFingerprintable, fingerprint
@@ -184,7 +185,7 @@ class Autotuned:
         skipped: list[str] = []
         for config in self.configs:
             try:
-                times.append(self._time(config, grid, block, _scratch(args), dev, stream))
+                times.append(self._time(config, grid, block, _scratch(args, dev), dev, stream))
             except (KernelError, LaunchError) as exc:
                 times.append(None)
                 skipped.append(f"{config} ({_first_line(exc)})")
@@ -335,10 +336,22 @@ def _key_value(value: Any) -> str:
     return repr(value)
 
 
-def _scratch(args: tuple[Any, ...]) -> tuple[Any, ...]:
+def _scratch(args: tuple[Any, ...], dev: Device) -> tuple[Any, ...]:
     """Copies of the array arguments: timing runs a kernel many times, which must not
-    change what the user's launch then computes (an accumulating kernel would)."""
-    return tuple(a.copy() if hasattr(a, "copy") and hasattr(a, "shape") else a for a in args)
+    change what the user's launch then computes (an accumulating kernel would). NumPy
+    arrays are copied to the device once, so that runs time the kernel, not the copies."""
+    return tuple(_scratch_copy(a, dev) for a in args)
+
+
+def _scratch_copy(arg: Any, dev: Device) -> Any:
+    if isinstance(arg, np.ndarray) and type(arg) is np.ndarray:
+        try:
+            return to_device(arg, dev)
+        except (ValueError, TypeError, LaunchError):  # one the launch refuses, saying why
+            return arg.copy()
+    if isinstance(arg, (DeviceArray, DeviceArrayView)):
+        return arg.copy()
+    return arg
 
 
 def _device_identity(dev: Device) -> str:
