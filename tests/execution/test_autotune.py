@@ -157,6 +157,20 @@ def test_an_entry_others_can_write_is_not_trusted(interp: kiln.Device, cache_dir
     assert k.tunings == 1
 
 
+def test_a_symbolic_link_entry_is_replaced_not_followed(interp: kiln.Device,
+                                                        cache_dir: Path) -> None:
+    run(tuned(), SMALL, interp)
+    (entry,) = entries(cache_dir)
+    target = cache_dir / "elsewhere.json"
+    entry.rename(target)
+    entry.symlink_to(target)
+    before = target.read_bytes()
+    k = tuned()
+    run(k, SMALL, interp)
+    assert k.tunings == 1 and not entry.is_symlink()  # timed again, the link replaced
+    assert target.read_bytes() == before  # never written through
+
+
 def test_each_device_has_its_own_choice(interp: kiln.Device, other_device: kiln.Device,
                                         cache_dir: Path) -> None:
     k = tuned()
