@@ -4,8 +4,10 @@ other processes, never trusted blindly) and the errors of a wrong declaration or
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -105,7 +107,7 @@ import kiln
 from tests.execution.test_autotune import run, tuned
 run(tuned(), {SMALL}, kiln.device("interp"))
 """
-    env = {"KILN_CACHE_DIR": str(cache_dir), "PATH": "/usr/bin:/bin"}
+    env = {**os.environ, "KILN_CACHE_DIR": str(cache_dir)}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
     for p in procs:
@@ -115,6 +117,13 @@ run(tuned(), {SMALL}, kiln.device("interp"))
     run(k, SMALL, kiln.device("interp"))
     assert (k.tunings, k.disk_hits) == (0, 1) and chosen(k) == [0]
     assert entry.exists()
+
+
+def test_threads_launching_one_key_tune_it_once(interp: kiln.Device) -> None:
+    k = tuned()
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: run(k, SMALL, interp), range(4)))
+    assert k.tunings == 1 and chosen(k) == [0]
 
 
 @pytest.mark.parametrize("garbage", [b"not a cache entry", b"{" * 100])
