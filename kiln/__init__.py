@@ -25,6 +25,7 @@ from .errors import (
     UnknownNameError,
     UnsupportedError,
 )
+from .execution.autotune import Autotuned, AutotuneError, Config, autotune
 from .execution.kernel import Kernel, func, kernel, launch
 from .execution.raw import RawKernel
 from .execution.sharding import (

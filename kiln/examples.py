@@ -16,6 +16,9 @@ the tests and the conformance suite.
 - `softmax_rows`: y = exp(x - max) / sum per row of a 2-d array, one block of `BLOCK`
   threads per row (each thread strides over the row; shared-memory trees for the maximum
   and the sum). NaNs in a row are not propagated by its maximum.
+- `block_sum_tuned` and `matmul_tiled_tuned`: `block_sum` and `matmul_tiled` autotuned
+  (docs/autotune.md): the block (and the shared arrays it sizes) is a constexpr chosen per
+  problem size; launch them with a grid computed from the chosen `kiln.Config`.
 - `make_matmul_f32`: the fp32 GEMM without matrix units (register-blocked:
   128 x 128 block tiles, 8 x 8 outputs per thread read from shared memory 16 bytes at a
   time, the next k-slice prefetched into registers while this one is multiplied).
@@ -224,6 +227,51 @@ def smooth_shard(x: f32[:], y: f32[:], start: i32, rows: i32, n: i32):
             y[j] = x[j]
         else:
             y[j] = (x[j - 1] + x[j] + x[j + 1]) / 3.0
+
+
+@kiln.autotune(configs=[kiln.Config({"THREADS": t}, block=t) for t in (64, 128, 256)],
+               key=["n"])
+@kiln.kernel
+def block_sum_tuned(x: f32[:], out: f32[:], n: i32, THREADS: kiln.constexpr):
+    s = kiln.shared(f32, THREADS)
+    t = kiln.thread_idx.x
+    acc = f32(0)
+    i = kiln.global_id(0)
+    while i < n:
+        acc += x[i]
+        i += kiln.global_size(0)
+    s[t] = acc
+    kiln.barrier()
+    k = THREADS // 2
+    while k > 0:
+        if t < k:
+            s[t] += s[t + k]
+        kiln.barrier()
+        k //= 2
+    if t == 0:
+        kiln.atomic_add(out, 0, s[0])
+
+
+@kiln.autotune(configs=[kiln.Config({"T": t}, block=(t, t)) for t in (8, 16)],
+               key=["a", "b"])
+@kiln.kernel
+def matmul_tiled_tuned(a: f32[:, :], b: f32[:, :], c: f32[:, :], T: kiln.constexpr):
+    ta = kiln.shared(f32, (T, T))
+    tb = kiln.shared(f32, (T, T))
+    tx, ty = kiln.thread_idx.x, kiln.thread_idx.y
+    row = kiln.block_idx.y * T + ty
+    col = kiln.block_idx.x * T + tx
+    m, inner, p = a.shape[0], a.shape[1], b.shape[1]
+    acc = f32(0)
+    for t in range(0, inner, T):
+        ta[ty, tx] = a[row, t + tx] if row < m and t + tx < inner else 0.0
+        tb[ty, tx] = b[t + ty, col] if t + ty < inner and col < p else 0.0
+        kiln.barrier()
+        for k in kiln.static_range(T):
+            acc += ta[ty, k] * tb[k, tx]
+        kiln.barrier()
+    if row < m and col < p:
+        c[row, col] = acc
 
 
 # ---------------------------------------------------------------- matrix units

@@ -52,6 +52,8 @@ SETTINGS: tuple[Setting, ...] = (
             "the OpenCL ICD loader a built opencl library loads"),
     Setting("KILN_DASK_DEVICE", "device spec", "unset: spread over the best backend",
             "the device a Dask worker launches its chunks on"),
+    Setting("KILN_AUTOTUNE", "flag", "1",
+            "0 makes an autotuned kernel launch its first candidate, untimed"),
 )
 """Every variable kiln reads, in the order of docs/configuration.md's table."""
 
@@ -89,6 +91,11 @@ def backend() -> str | None:
 def backend_disabled(name: str) -> bool:
     """`KILN_DISABLE_<NAME>`: whether the user hid backend `name`."""
     return _flag(f"KILN_DISABLE_{name.upper()}", False)
+
+
+def autotune() -> bool:
+    """`KILN_AUTOTUNE`: whether autotuned kernels time their candidates."""
+    return _flag("KILN_AUTOTUNE", True)
 
 
 def debug() -> bool:

@@ -68,7 +68,7 @@ ORDER: dict[str, tuple[str, ...]] = {
                 "intrinsics", "ranges", "printer", "target"),
     "kiln.runtime": ("device", "host", "array", "status", "interop", "graph"),
     "kiln.execution": ("fingerprint", "tablewatch", "arguments", "state", "kernelcache",
-                       "drivers", "fastpath", "executor", "kernel", "raw", "sharding"),
+                       "drivers", "fastpath", "executor", "kernel", "raw", "sharding", "autotune"),
 }
 """The modules of a package, bottom to top: none imports one above it (its `__init__` is
 on top). Every module of a listed package is listed. Packages whose modules call each other

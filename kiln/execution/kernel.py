@@ -311,6 +311,10 @@ def launch(kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[A
            dim: Any = None) -> None:
     """Launch `kernel` on a grid of `grid` blocks of `block` threads, or with `dim=n` (an int
     or a shape) one thread per element, the block chosen for the device."""
+    autotuned = getattr(type(kernel), "launch_autotuned", None)  # kiln.autotune's kernels
+    if autotuned is not None:
+        autotuned(kernel, grid, block, args, device, stream, dim)
+        return
     if not isinstance(kernel, Kernel):
         what = (f"{kernel.name} is a @kiln.func, which kernels call"
                 if isinstance(kernel, DeviceFunction) else f"{kernel!r} is not a kernel")
