@@ -65,7 +65,7 @@ layer, as (importer prefix, imported module) with the reason. They do not run.""
 
 ORDER: dict[str, tuple[str, ...]] = {
     "kiln.ir": ("enums", "types", "hosttypes", "nodes", "visit", "abi", "analysis",
-                "intrinsics", "ranges", "printer", "target"),
+                "intrinsics", "barriers", "ranges", "printer", "target"),
     "kiln.runtime": ("device", "host", "array", "status", "interop", "graph"),
     "kiln.execution": ("fingerprint", "tablewatch", "arguments", "state", "kernelcache",
                        "drivers", "fastpath", "executor", "kernel", "raw", "sharding", "autotune"),
