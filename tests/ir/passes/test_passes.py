@@ -503,13 +503,13 @@ class FakeDevice:
 
 def test_pipelines() -> None:
     scalar_matrix = lower_matrix_ops(False)
-    assert default_pipeline() == [scalar_matrix, inline_aggregate_returns, lower_aggregates,
-                                  lower_bf16, fold_constants, remove_dead_code]
+    assert list(default_pipeline()) == [scalar_matrix, inline_aggregate_returns, lower_aggregates,
+                                        lower_bf16, fold_constants, remove_dead_code]
     assert pipeline_for(None) == default_pipeline()
-    assert pipeline_for(None, matrix_units=True) == [lower_matrix_ops(True),
-                                                     *default_pipeline()[1:]]
+    assert list(pipeline_for(None, matrix_units=True)) == [lower_matrix_ops(True),
+                                                           *default_pipeline()[1:]]
     inlining = pipeline_for(None, inline=True)  # recursion bounded ([3]) before inlining
-    assert [*inlining[:3], *inlining[4:]] == [*default_pipeline(), inline_functions]
+    assert list(inlining.without("recursion")) == [*default_pipeline(), inline_functions]
     with_device = pipeline_for(FakeDevice())  # type: ignore[arg-type]
     assert with_device[5:-1] == default_pipeline()[3:]  # registered operations lowered at [3]
     assert with_device[-1].__name__ == "check_intrinsic_implementations"
@@ -518,6 +518,23 @@ def test_pipelines() -> None:
     assert passes[6:-1] == [lower_bf16, fold_constants, remove_dead_code, inline_functions]
     with pytest.raises(kiln.DeviceFeatureError):
         passes[4](uses_f64.program((f32[:],)))
+
+
+def test_pipeline_stages_by_name() -> None:
+    """A backend edits the shared pipeline by stage name; an unknown name is a KeyError
+    that lists the stages."""
+    shared = pipeline_for(FakeDevice(), inline=True)  # type: ignore[arg-type]
+    assert shared.names == ("matrix", "returns", "aggregates", "operations", "features",
+                            "recursion", "bf16", "fold", "dead_code", "inline",
+                            "implementations")
+    assert shared.stage("fold") is fold_constants
+    dropped = shared.without("fold")
+    assert fold_constants not in list(dropped) and len(dropped) == len(shared) - 1
+    native = shared.replace("matrix", lower_matrix_ops(True))
+    assert native[0] == lower_matrix_ops(True) and native[1:] == shared[1:]
+    assert list(shared.then("extra", remove_dead_code))[-1] is remove_dead_code
+    with pytest.raises(KeyError, match="no pipeline stage 'nope'.*matrix"):
+        shared.without("nope")
 
 
 def test_deep_copies_of_ir_share_types() -> None:
