@@ -17,7 +17,7 @@ from ...codegen.emitter import GENERATED_FILE
 from ...framework.buildenv import BuildEnv
 from ...framework.cache import CacheEntry, cache_key
 from ...options import KernelOptions
-from .codegen import CONTRACT_MACRO
+from .dialect import CONTRACT_MACRO
 from .runtime import CLDevice, import_pyopencl
 
 if TYPE_CHECKING:

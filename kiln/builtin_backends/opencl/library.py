@@ -27,7 +27,7 @@ from ...codegen.library.host import compile_object, link_library
 from ...framework.actions import ActionError
 from ...ir.passes.status import STATUS_WORDS
 from .build import CORRECT_DIVISION, FAST_MATH, STANDARD
-from .codegen import OpenCLEmitter
+from .dialect import OpenCLEmitter
 
 ICD = """\
 #include <dlfcn.h>

@@ -1,0 +1,53 @@
+"""Every built-in backend package has the shape docs/architecture.md draws: an `__init__`
+that only registers, the `Backend` subclass in `backend.py`, a source backend's emitter in
+`dialect.py`, its library target in `library.py`."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import kiln.builtin_backends as builtin
+from kiln.backend import Backend
+from kiln.codegen.emitter import CEmitter
+
+ROOT = Path(builtin.__file__).parent
+PACKAGES = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").exists())
+
+
+def _module(package: str, name: str) -> ast.Module:
+    return ast.parse((ROOT / package / f"{name}.py").read_text())
+
+
+def _classes(tree: ast.Module) -> list[str]:
+    return [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
+
+
+def test_every_backend_is_listed() -> None:
+    assert PACKAGES == ["cpu", "cuda", "interp", "opencl", "serial"]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_init_only_registers(package: str) -> None:
+    defined = [node for node in _module(package, "__init__").body
+               if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)]
+    assert not defined, f"{package}/__init__.py defines {[d.name for d in defined]}"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_backend_class_lives_in_backend_py(package: str) -> None:
+    module = __import__(f"kiln.builtin_backends.{package}", fromlist=["backend"])
+    assert isinstance(module.backend, Backend)
+    assert type(module.backend).__module__ == f"kiln.builtin_backends.{package}.backend"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_emitters_live_in_dialect_py(package: str) -> None:
+    for path in (ROOT / package).glob("*.py"):
+        module = __import__(f"kiln.builtin_backends.{package}.{path.stem}", fromlist=["_"])
+        emitters = [name for name in _classes(ast.parse(path.read_text()))
+                    if isinstance(getattr(module, name), type)
+                    and issubclass(getattr(module, name), CEmitter)]
+        assert not emitters or path.name == "dialect.py", f"{package}/{path.name}: {emitters}"
