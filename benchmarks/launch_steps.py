@@ -5,8 +5,9 @@ compare within the run; between processes these VMs move by up to 40%. Variants:
 driver call with prepacked parameters through cuda-bindings and through kiln's C shim, the
 launcher lookup, the plan's checks alone, the plan with the launch as a separate function
 or inlined (with the shim, and with cuda-bindings: built with the shim switched off for
-those plans), the plain `kernel[grid, block](...)`, `prepare()`, CuPy's RawKernel and
-PyTorch's add.
+those plans), the plain `kernel[grid, block](...)` with a fixed grid and with a grid that
+changes every call, `prepare()`, CuPy's RawKernel (fixed and changing grid) and PyTorch's
+add.
 
     python benchmarks/launch_steps.py [ROUNDS]
 
@@ -72,27 +73,35 @@ def variants(dev: kiln.Device) -> dict[str, Callable[[], Any]]:
         out["kiln's C shim, prepacked"] = lambda keep=keep: run(record[1])
     plans = _Plans()
     out["kernel[1, 256]: launcher lookup"] = lambda: vector_add[1, 256]
-    fastpath.remember(plans, ("checks", None, None, None), args, types, dev,
-                      lambda values: None, (), (), convert=False)
-    target = routine.launch_target(GRID, BLOCK, args, handle)
-    fastpath.remember(plans, ("call", None, None, None), args, types, dev,
-                      target, (), (), convert=False)
+    dims = (GRID, GRID), (BLOCK, BLOCK)
+    fastpath.remember(plans, ("checks", None), *dims, args, types, dev,
+                      lambda g, b, values: None, convert=False)
+    target = routine.launch_target(args, handle)
+    fastpath.remember(plans, ("call", None), *dims, args, types, dev, target, convert=False)
     shim_of = cuda_launch.shim
     cuda_launch.shim = lambda: None  # the same plan, calling cuda-bindings
     try:
-        fastpath.remember(plans, ("bindings", None, None, None), args, types, dev,
-                          routine.launch_target(GRID, BLOCK, args, handle), (), (),
-                          convert=False)
+        fastpath.remember(plans, ("bindings", None), *dims, args, types, dev,
+                          routine.launch_target(args, handle), convert=False)
     finally:
         cuda_launch.shim = shim_of
     for key, label in (("checks", "plan: checks alone"),
                        ("call", "plan, then pack + launch function"),
                        ("bindings", "the same, calling cuda-bindings")):
-        out[label] = lambda p=plans.launch_plans[(key, None, None, None)]: p(args)
+        out[label] = lambda p=plans.launch_plans[(key, None)]: p(GRID, BLOCK, args)
     out["kiln vector_add[1, 256](a, b, c, n)"] = lambda: vector_add[1, 256](a, b, c, n)
+    grids = iter(_cycle(64))
+    out["kiln vector_add[g, 256](...), g changes every call"] = (
+        lambda: vector_add[next(grids), 256](a, b, c, n))
     out["kiln vector_add.prepare(...)()"] = vector_add.prepare(1, 256, a, b, c, n)
     out.update(_peers(a, b, c, n))
     return out
+
+
+def _cycle(count: int) -> Any:
+    """1, 2, ..., count, 1, 2, ...: a grid that differs from the last launch's."""
+    while True:
+        yield from range(1, count + 1)
 
 
 def _peers(a: Any, b: Any, c: Any, n: int) -> dict[str, Callable[[], Any]]:
@@ -109,6 +118,9 @@ def _peers(a: Any, b: Any, c: Any, n: int) -> dict[str, Callable[[], Any]]:
         ca, cb, cc = cp.asarray(a), cp.asarray(b), cp.asarray(c)
         n32 = np.int32(n)
         out["CuPy RawKernel"] = lambda: twin((1,), (256,), (ca, cb, cc, n32))
+        grids = iter(_cycle(64))
+        out["CuPy RawKernel, grid changes every call"] = (
+            lambda: twin((next(grids),), (256,), (ca, cb, cc, n32)))
         import torch
 
         ta, tb, tc = (torch.as_tensor(x, device="cuda") for x in (ca, cb, cc))

@@ -247,14 +247,15 @@ def launch(kernel: LaunchState, grid: int | Sequence[int], block: int | Sequence
     if b.watch is not None:
         b.watch.arm()
     elif b.args is args and not b.copy_back and not _lowered(b.arg_types):
-        key, tables = (grid, block, device, stream), kernel.tables()
+        key, tables = (device, stream), kernel.tables()
+        dims = (grid, b.grid), (block, b.block)
         if supports(b.routine, FastLaunch):  # its own fast launch; it packs Python numbers
-            call = b.routine.launch_target(b.grid, b.block, b.device_args, b.stream.handle)
-            remember(kernel, key, args, b.arg_types, b.device, call, (), (), convert=False,
+            call = b.routine.launch_target(b.device_args, b.stream.handle)
+            remember(kernel, key, *dims, args, b.arg_types, b.device, call, convert=False,
                      tables=tables)
         else:
-            remember(kernel, key, args, b.arg_types, b.device, b.routine.launch,
-                     (b.grid, b.block), (b.stream.handle,), tables=tables)
+            remember(kernel, key, *dims, args, b.arg_types, b.device, b.routine.launch,
+                     (b.stream.handle,), tables=tables)
     for host, dev_array in b.copy_back:
         if dev_array._host is host:  # zero-copy: the launch writes host memory; wait for it
             b.stream.synchronize()

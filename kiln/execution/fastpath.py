@@ -1,13 +1,14 @@
-"""The launch fast path: a validated launch, remembered per launch configuration.
+"""The launch fast path: a validated launch, remembered per device and stream.
 
 After a launch passes the executor's full checks, `remember` compiles a small Python
-function (a *plan*) for its configuration (grid, block, device, stream) that re-checks only
-what can change between calls with the same types: each argument's Python type, each
-array's device, dtype and rank, each integer's (and narrow float's) range, each
-constexpr's value. When those hold, the plan converts the scalars and calls the backend
-directly, skipping device selection, dimension checks, type binding and the
-specialisation lookup. When they do not,
-the plan declines and the executor's full path runs (and remembers a new plan).
+function (a *plan*) for its device and stream that re-checks only what can change between
+calls with the same types: the grid and block (plain ints or tuples of ints, within the
+device's limits), each argument's Python type, each array's device, dtype and rank, each
+integer's (and narrow float's) range, each constexpr's value. When those hold, the plan
+converts the scalars and calls the backend directly, skipping device selection, type
+binding and the specialisation lookup. When they do not, the plan declines and the
+executor's full path runs (and remembers a new plan). A launch whose grid, block or
+scalar arguments change every call therefore costs what a repeated one costs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from ..framework.backend import Dim3
+from ..ir.ranges import MAX_BLOCK_THREADS, MAX_GLOBAL
 from ..ir.types import ConstexprType, ScalarType, Type, i32
 from ..runtime.array import DeviceArray
 from ..runtime.device import Device
@@ -27,38 +30,62 @@ from .tablewatch import TableWatch
 
 _SCALAR_TYPES = (bool, int, float, np.generic)
 MAX_PLANS = 64
-"""Plans kept per kernel (one per grid, block, device and stream), as its launchers."""
+"""Plans kept per kernel (one per device and stream)."""
 
 
-def plan_key(grid: Any, block: Any, device: Any, stream: Any) -> tuple[Any, ...]:
-    """A configuration's key in `kernel.launch_plans`: its stream by id, so that plans never
-    keep a stream (its queue, its worker thread) alive; `remember` drops a stream's plans
-    with it, before its id can be reused."""
-    return (grid, block, device, None if stream is None else id(stream))
+def plan_key(device: Any, stream: Any) -> tuple[Any, ...]:
+    """A plan's key in `kernel.launch_plans`: the device as the launch named it and its
+    stream by id, so that plans never keep a stream (its queue, its worker thread) alive;
+    `remember` drops a stream's plans with it, before its id can be reused."""
+    return (device, None if stream is None else id(stream))
 
 
 def try_plan(kernel: LaunchState, grid: Any, block: Any, device: Any, stream: Any,
              args: Sequence[Any]) -> bool:
     """Run the launch through a remembered plan; False when none applies."""
     try:
-        plan = kernel.launch_plans.get(plan_key(grid, block, device, stream))
-    except TypeError:  # an unhashable grid or block (a list)
+        plan = kernel.launch_plans.get(plan_key(device, stream))
+    except TypeError:  # an unhashable device argument
         return False
-    return plan is not None and plan(args)
+    return plan is not None and plan(grid, block, args)
 
 
-def remember(kernel: LaunchState, key: tuple[Any, ...], args: Sequence[Any],
-             arg_types: tuple[Type, ...], dev: Device, call: Callable[..., None],
-             before: tuple[Any, ...], after: tuple[Any, ...], convert: bool = True,
-             tables: TableWatch | None = None) -> None:
+def dims3(value: Any) -> Dim3 | None:
+    """A grid or block given as an int or a tuple of 1 to 3 ints, padded with ones; None
+    for any other form (the full path converts or refuses it)."""
+    kind = type(value)
+    if kind is int:
+        return (value, 1, 1)
+    if kind is tuple and 1 <= len(value) <= 3 and all(type(d) is int for d in value):
+        return (*value, 1, 1)[:3]
+    return None
+
+
+def _dims_check(dev: Device) -> str:
+    """The plan's test that new dimensions `g`, `b` are within the device's and kiln's
+    limits (`executor.validate_dims` explains a failure on the full path)."""
+    caps = dev.capabilities
+    terms = [f"1 <= g[{k}] <= {caps.max_grid_dims[k]} and 1 <= b[{k}] <= "
+             f"{min(caps.max_block_dims[k], MAX_BLOCK_THREADS)} and g[{k}] * b[{k}] <= {MAX_GLOBAL}"
+             for k in range(3)]
+    terms.append(f"b[0] * b[1] * b[2] <= {caps.max_threads_per_block}")
+    return " and ".join(terms)
+
+
+def remember(kernel: LaunchState, key: tuple[Any, Any], grid: tuple[Any, Dim3],
+             block: tuple[Any, Dim3], args: Sequence[Any], arg_types: tuple[Type, ...],
+             dev: Device, call: Callable[..., None], after: tuple[Any, ...] = (),
+             convert: bool = True, tables: TableWatch | None = None) -> None:
     """Compile and store the plan for a launch that just passed the full checks; `key` is
-    its (grid, block, device, stream), as the launch was given them.
+    its (device, stream) as the launch was given them, `grid` and `block` each the value
+    given with its validated `Dim3`.
 
-    The plan calls `call(*before, device_args, *after)` (the backend's launch). Scalars are
-    converted to their parameters' NumPy types unless `convert` is false (a backend launch
-    target that packs checked Python numbers itself). Launches with NumPy or foreign arrays
-    (which need copies or adoption) get no plan. With `tables` (the kernel's constant
-    tables, `kiln.execution.tablewatch`), the plan declines once one changed since the build.
+    The plan calls `call(grid3, block3, device_args, *after)` (the backend's launch).
+    Scalars are converted to their parameters' NumPy types unless `convert` is false (a
+    backend launch target that packs checked Python numbers itself). Launches with NumPy or
+    foreign arrays (which need copies or adoption) get no plan. With `tables` (the kernel's
+    constant tables, `kiln.execution.tablewatch`), the plan declines once one changed since
+    the build.
     """
     try:
         hash(key)
@@ -66,8 +93,9 @@ def remember(kernel: LaunchState, key: tuple[Any, ...], args: Sequence[Any],
         return
     checks, outs = [], []
     names = ", ".join(f"a{i}" for i in range(len(args)))
-    scope: dict[str, Any] = {"DA": DeviceArray, "DEV": dev, "call": call}
-    scope.update({f"B{j}": v for j, v in enumerate(before)})
+    scope: dict[str, Any] = {"DA": DeviceArray, "DEV": dev, "call": call, "DIMS": dims3,
+                             "G": grid[0], "TG": type(grid[0]), "G3": grid[1],
+                             "B": block[0], "TB": type(block[0]), "B3": block[1]}
     scope.update({f"A{j}": v for j, v in enumerate(after)})
     for i, (value, t) in enumerate(zip(args, arg_types)):
         a = f"a{i}"
@@ -101,20 +129,25 @@ def remember(kernel: LaunchState, key: tuple[Any, ...], args: Sequence[Any],
         scope["STALE"] = tables.changed
         checks.append("not STALE()")
     source = (
-        "def plan(a):\n"
+        "def plan(grid, block, a):\n"
+        "    if type(grid) is TG and type(block) is TB and grid == G and block == B:\n"
+        "        g, b = G3, B3\n"
+        "    else:\n"
+        "        g, b = DIMS(grid), DIMS(block)\n"
+        f"        if g is None or b is None or not ({_dims_check(dev)}):\n"
+        "            return False\n"
         f"    if len(a) != {len(args)}:\n        return False\n"
         + (f"    {names}, = a\n" if args else "")
         + (f"    if not ({' and '.join(checks)}):\n        return False\n" if checks else "")
-        + (f"    call({''.join(f'B{j}, ' for j in range(len(before)))}"
-           + ("a" if outs == names.split(", ") and not convert else f"[{', '.join(outs)}]")
-           + f"{''.join(f', A{j}' for j in range(len(after)))})\n    return True\n")
+        + "    call(g, b, "
+        + ("a" if outs == names.split(", ") and not convert else f"[{', '.join(outs)}]")
+        + f"{''.join(f', A{j}' for j in range(len(after)))})\n    return True\n"
     )
     exec(compile(source, f"<kiln launch plan {kernel.name}>", "exec"), scope)
-    stream = key[3]
+    stream = key[1]
     key = plan_key(*key)
     if len(kernel.launch_plans) >= MAX_PLANS:  # the oldest goes, as launchers do
         del kernel.launch_plans[next(iter(kernel.launch_plans))]
     kernel.launch_plans[key] = scope["plan"]
     if stream is not None:
         weakref.finalize(stream, kernel.launch_plans.pop, key, None)
-

@@ -278,19 +278,17 @@ class Launcher:
 
     def __init__(self, kernel: Kernel, grid: Any, block: Any, stream: Stream | None = None):
         self.kernel, self.grid, self.block, self.stream = kernel, grid, block, stream
-        self.plan: Plan | None = None
+        self.plan: Plan | None = kernel.launch_plans.get(plan_key(None, stream))
 
     def __call__(self, *args: Any) -> None:
         plan = self.plan  # the fast path (execution.fastpath); it declines what it cannot run
-        if plan is None or not plan(args):
+        if plan is None or not plan(self.grid, self.block, args):
             state = self.kernel.launch_state
             try:
                 execute_launch(state, self.grid, self.block, args, None, self.stream)
             except (KernelError, LaunchError) as exc:  # one frame, not kiln's internals
                 raise exc.with_traceback(None) from None
-            with contextlib.suppress(TypeError):  # an unhashable grid or block: no plan
-                self.plan = state.launch_plans.get(
-                    plan_key(self.grid, self.block, None, self.stream))
+            self.plan = state.launch_plans.get(plan_key(None, self.stream))
 
 
 class SizedLauncher:

@@ -23,8 +23,9 @@ from ..runtime.device import Device, Stream
 from ..runtime.status import StatusWatch
 from .tablewatch import TableWatch
 
-Plan = Callable[[Sequence[Any]], bool]
-"""A launch plan (`kiln.execution.fastpath`): launches its arguments, or declines (False)."""
+Plan = Callable[[Any, Any, Sequence[Any]], bool]
+"""A launch plan (`kiln.execution.fastpath`): `plan(grid, block, args)` launches, or
+declines (False)."""
 
 
 class ProgramOf(Protocol):

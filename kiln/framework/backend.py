@@ -58,10 +58,12 @@ if TYPE_CHECKING:
 
     from ..runtime.device import Device
 
-CONTRACT_VERSION = 2
+CONTRACT_VERSION = 3
 """The version of this contract. A backend states the one it was written for
 (`Backend.contract_version`); registering one kiln does not support is a `ContractError`
-naming both. Version 2: events timed on the host by default, one `FastLaunch` protocol."""
+naming both. Version 2: events timed on the host by default, one `FastLaunch` protocol.
+Version 3: `FastLaunch.launch_target` gives a target that takes each launch's grid and
+block, so that a launch whose dimensions change keeps the fast path."""
 
 P = TypeVar("P")
 Pass = Callable[[Program], Program]
@@ -263,14 +265,15 @@ class Loader(ABC):
 
 @runtime_checkable
 class FastLaunch(Protocol):
-    """A launchable that packs a launch once and replays it: the executor remembers, per
-    launch configuration, `launch_target(...)` and calls it with each later launch's
-    arguments (scalars as the user's checked Python numbers; the target converts them),
-    and `kernel.prepare(...)` calls what `prepare_launch(...)` returns. Without it, both
-    call `launch` with the arguments converted."""
+    """A launchable that lays a launch out once and replays it: the executor remembers, per
+    device and stream, `launch_target(args, stream)` (laid out like `args`) and calls it as
+    `f(grid, block, args)` with each later launch's validated dimensions and arguments
+    (scalars as the user's checked Python numbers; the target converts them), and
+    `kernel.prepare(...)` calls what `prepare_launch(...)` returns. Without it, both call
+    `launch` with the arguments converted."""
 
-    def launch_target(self, grid: Dim3, block: Dim3, args: Sequence[Any],
-                      stream: Any) -> Callable[[Sequence[Any]], None]: ...
+    def launch_target(self, args: Sequence[Any], stream: Any
+                      ) -> Callable[[Dim3, Dim3, Sequence[Any]], None]: ...
 
     def prepare_launch(self, grid: Dim3, block: Dim3, args: Sequence[Any],
                        stream: Any) -> Callable[[], None]: ...

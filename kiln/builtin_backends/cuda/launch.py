@@ -94,13 +94,15 @@ def raw_layout(args: Sequence[Any]) -> Layout:
     return codes, exprs
 
 
-def _generate(layout: Layout, body: str, scope: dict[str, Any]) -> tuple[ParamBlock, Any]:
-    """A parameter block and a function `f(a)` that packs into it, then runs `body`."""
+def _generate(layout: Layout, body: str, scope: dict[str, Any],
+              params: str = "a") -> tuple[ParamBlock, Any]:
+    """A parameter block and a function `f(params)` that packs argument list `a` into it,
+    then runs `body`."""
     codes, exprs = layout
     block = ParamBlock(codes)
     scope.update(pack_into=block.struct.pack_into, data=block.data, P=block.address)
     pack = f"    pack_into(data, 0, {', '.join(exprs)})\n" if exprs else ""
-    source = f"def f(a):\n{pack}{body or '    pass'}\n"
+    source = f"def f({params}):\n{pack}{body or '    pass'}\n"
     exec(compile(source, "<kiln cuda launch>", "exec"), scope)
     return block, scope["f"]
 
@@ -144,16 +146,21 @@ class Routine:
             raise RuntimeError(f"cuLaunchKernel({self.name}) failed: {error_name(err)}")
 
     def _scope(self, grid: Dim3, block: Dim3, stream: Any) -> tuple[dict[str, Any], str]:
-        """Names and body of a generated launch of this kernel with parameter block `P`
-        (`_bind` completes the names once `P` is known)."""
+        """Names and body of a generated launch of this kernel with parameter block `P` at
+        dimensions `g`, `b` (`_bind` completes the names once `P` is known). With the shim,
+        the launch record holds the dimensions last launched (`L`): the same ones (the same
+        tuples) cost one C call with one argument, others a call that stores them first."""
         scope = {"launch": api().cuLaunchKernel, "F": self.function, "S": stream,
-                 "retry": self.call, "G": grid, "B": block, "run": shim()}
+                 "retry": self.call, "G": grid, "B": block, "run": shim(), "L": [grid, block]}
         if scope["run"] is not None:  # one C call with a prebuilt record (`shim`)
-            body = "    if run(R):\n        retry(G, B, P, S)"
+            scope["run_at"] = scope["run"].at
+            body = ("    if g is L[0] and b is L[1]:\n        err = run(R)\n"
+                    "    else:\n        L[0], L[1] = g, b\n"
+                    "        err = run_at(R, g[0], g[1], g[2], b[0], b[1], b[2])\n"
+                    "    if err:\n        retry(g, b, P, S)")
         else:
-            dims = ", ".join(str(d) for d in (*grid, *block))
-            body = (f"    err, = launch(F, {dims}, {self.shared_bytes}, S, P, 0)\n"
-                    "    if err:\n        retry(G, B, P, S)")
+            body = (f"    err, = launch(F, *g, *b, {self.shared_bytes}, S, P, 0)\n"
+                    "    if err:\n        retry(g, b, P, S)")
         return scope, body
 
     def _bind(self, scope: dict[str, Any], params: int) -> None:
@@ -163,12 +170,12 @@ class Routine:
             scope["keep_record"], scope["R"] = record(
                 self.function, scope["G"], scope["B"], self.shared_bytes, scope["S"], params)
 
-    def launch_target(self, grid: Dim3, block: Dim3, args: Sequence[Any],
-                      stream: Any) -> Callable[[Sequence[Any]], None]:
-        """`f(args)`: pack and launch in one generated function, for arguments laid out like
-        `args` (the executor's fast path checks that they are)."""
-        scope, body = self._scope(grid, block, stream.stream)
-        param_block, run = _generate(self.layout(args), body, scope)
+    def launch_target(self, args: Sequence[Any], stream: Any
+                      ) -> Callable[[Dim3, Dim3, Sequence[Any]], None]:
+        """`f(grid, block, args)`: pack and launch in one generated function, for arguments
+        laid out like `args` (the executor's fast path checks that they are)."""
+        scope, body = self._scope((1, 1, 1), (1, 1, 1), stream.stream)
+        param_block, run = _generate(self.layout(args), body, scope, "g, b, a")
         self._bind(scope, param_block.address)
         scope["keep"] = param_block  # alive as long as the function
         return run
@@ -181,6 +188,7 @@ class Routine:
         scope, body = self._scope(grid, block, stream.stream)
         self._bind(scope, param_block.address)
         scope["keep"] = (param_block, tuple(args))
+        scope["g"], scope["b"] = grid, block  # the record's own: always the one-argument call
         exec(compile(f"def f():\n{body}\n", "<kiln cuda prepared launch>", "exec"), scope)
         return scope["f"]
 

@@ -3,8 +3,9 @@
 cuda-bindings' `cuLaunchKernel` converts eleven Python arguments and builds a `CUresult`
 enum on every call; ctypes with eleven arguments is no cheaper. This shim takes one pointer
 to a `kiln_launch` record (the driver's entry point, the function, grid, block, shared
-bytes, stream and parameter pointers, filled once per launch configuration) and makes the
-call in C, so a launch costs one ctypes call with one prebuilt argument.
+bytes, stream and parameter pointers, filled once per launch target) and makes the call in
+C, so a launch costs one ctypes call with one prebuilt argument; `kiln_launch_at` also
+takes new dimensions (six more integers), for a launch whose grid or block changed.
 
 It is built at first use with the system's C compiler (`cc`, or `$CC`) into kiln's cache
 (a few milliseconds, once per machine); where none is found, or the build fails, launches
@@ -41,6 +42,12 @@ int kiln_launch(const struct kiln_launch *l) {
     return l->launch(l->function, l->dims[0], l->dims[1], l->dims[2], l->dims[3], l->dims[4],
                      l->dims[5], l->shared, l->stream, l->params, 0);
 }
+int kiln_launch_at(struct kiln_launch *l, unsigned gx, unsigned gy, unsigned gz,
+                   unsigned bx, unsigned by, unsigned bz) {
+    l->dims[0] = gx; l->dims[1] = gy; l->dims[2] = gz;
+    l->dims[3] = bx; l->dims[4] = by; l->dims[5] = bz;
+    return kiln_launch(l);
+}
 """
 
 
@@ -68,16 +75,19 @@ def shim() -> Any | None:
 @cache
 def compiled() -> Any:
     """`kiln_launch` built (or found in kiln's compile cache, whose checks it passes like
-    any kernel library) and loaded; raises OSError or SubprocessError where it fails."""
+    any kernel library) and loaded, with `kiln_launch_at` (which stores new dimensions in
+    the record first) as its `at`; raises OSError or SubprocessError where it fails."""
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise OSError("no C compiler")
     key = hashlib.sha256(f"{compiler}\0{SOURCE}".encode()).hexdigest()
-    fn = _CACHE.get_or_build(key, lambda: _build(compiler),
-                             lambda entry: ctypes.CDLL(str(entry.path)).kiln_launch,
-                             "launch shim")
-    # `argtypes` stays None: called with a prebuilt ctypes pointer, no conversion at all
-    fn.restype = ctypes.c_int
+    library = _CACHE.get_or_build(key, lambda: _build(compiler),
+                                  lambda entry: ctypes.CDLL(str(entry.path)), "launch shim")
+    # `argtypes` stays None: a prebuilt ctypes pointer and Python ints (at most 2^31 - 1,
+    # checked by the plan) convert at ctypes' cheapest
+    fn, at = library.kiln_launch, library.kiln_launch_at
+    fn.restype = at.restype = ctypes.c_int
+    fn.at = at  # type: ignore[attr-defined]
     return fn
 
 

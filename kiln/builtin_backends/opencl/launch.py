@@ -25,18 +25,19 @@ class OpenCLKernel:
         runtime.import_pyopencl().enqueue_nd_range_kernel(
             stream, self.built.kernel, global_size(grid, block), block)
 
-    def launch_target(self, grid: Dim3, block: Dim3, args: Sequence[Any],
-                      stream: Any) -> Callable[[Sequence[Any]], None]:
-        """The executor's fast path: sizes computed once, arguments set at each call (scalars
-        arrive as Python numbers and take the NumPy types of this first launch's)."""
-        built, size = self.built, global_size(grid, block)
+    def launch_target(self, args: Sequence[Any], stream: Any
+                      ) -> Callable[[Dim3, Dim3, Sequence[Any]], None]:
+        """The executor's fast path: arguments set at each call (scalars arrive as Python
+        numbers and take the NumPy types of this first launch's), sizes from each call's
+        dimensions."""
+        built = self.built
         kernel, enqueue = built.kernel, runtime.import_pyopencl().enqueue_nd_range_kernel
         scalar_types = [type(a) if isinstance(a, np.generic) else None for a in args]
 
-        def target(device_args: Sequence[Any]) -> None:
+        def target(grid: Dim3, block: Dim3, device_args: Sequence[Any]) -> None:
             values = [a if t is None else t(a) for t, a in zip(scalar_types, device_args)]
             built.set_args(flatten(values))
-            enqueue(stream, kernel, size, block)
+            enqueue(stream, kernel, global_size(grid, block), block)
 
         return target
 
