@@ -31,6 +31,9 @@ from .tablewatch import TableWatch
 _SCALAR_TYPES = (bool, int, float, np.generic)
 MAX_PLANS = 64
 """Plans kept per kernel (one per device and stream)."""
+MAX_DIMS = 256
+"""Checked dimensions a plan remembers (`SEEN`), each as one pair of tuples, so that a
+launch target can tell by identity that a launch has the dimensions of the last one."""
 
 
 def plan_key(device: Any, stream: Any) -> tuple[Any, ...]:
@@ -59,6 +62,14 @@ def dims3(value: Any) -> Dim3 | None:
     if kind is tuple and 1 <= len(value) <= 3 and all(type(d) is int for d in value):
         return (*value, 1, 1)[:3]
     return None
+
+
+def _same(name: str, constant: str, value: Any) -> str:
+    """The plan's test that dimension `name` is exactly the remembered `value`: an int
+    equal to it, or the very same tuple (a tuple that is merely equal may hold floats)."""
+    if type(value) is int:
+        return f"type({name}) is int and {name} == {constant}"
+    return f"{name} is {constant}"
 
 
 def _dims_check(dev: Device) -> str:
@@ -94,8 +105,8 @@ def remember(kernel: LaunchState, key: tuple[Any, Any], grid: tuple[Any, Dim3],
     checks, outs = [], []
     names = ", ".join(f"a{i}" for i in range(len(args)))
     scope: dict[str, Any] = {"DA": DeviceArray, "DEV": dev, "call": call, "DIMS": dims3,
-                             "G": grid[0], "TG": type(grid[0]), "G3": grid[1],
-                             "B": block[0], "TB": type(block[0]), "B3": block[1]}
+                             "G": grid[0], "G3": grid[1], "B": block[0], "B3": block[1],
+                             "SEEN": {}}
     scope.update({f"A{j}": v for j, v in enumerate(after)})
     for i, (value, t) in enumerate(zip(args, arg_types)):
         a = f"a{i}"
@@ -130,12 +141,17 @@ def remember(kernel: LaunchState, key: tuple[Any, Any], grid: tuple[Any, Dim3],
         checks.append("not STALE()")
     source = (
         "def plan(grid, block, a):\n"
-        "    if type(grid) is TG and type(block) is TB and grid == G and block == B:\n"
+        f"    if {_same('grid', 'G', grid[0])} and {_same('block', 'B', block[0])}:\n"
         "        g, b = G3, B3\n"
         "    else:\n"
         "        g, b = DIMS(grid), DIMS(block)\n"
-        f"        if g is None or b is None or not ({_dims_check(dev)}):\n"
-        "            return False\n"
+        "        if g is None or b is None:\n            return False\n"
+        "        seen = SEEN.get((g, b))\n"
+        "        if seen is None:\n"
+        f"            if not ({_dims_check(dev)}):\n                return False\n"
+        f"            if len(SEEN) >= {MAX_DIMS}:\n                SEEN.clear()\n"
+        "            seen = SEEN[g, b] = g, b\n"
+        "        g, b = seen\n"
         f"    if len(a) != {len(args)}:\n        return False\n"
         + (f"    {names}, = a\n" if args else "")
         + (f"    if not ({' and '.join(checks)}):\n        return False\n" if checks else "")

@@ -66,7 +66,8 @@ def test_dimensions_the_plan_declines_still_get_the_full_paths_answer(backend: s
         np.testing.assert_array_equal(out.copy_to_host(), np.arange(n, dtype=np.float32) * 2)
 
 
-DIM = st.one_of(st.integers(-1, 9), st.tuples(st.integers(0, 5), st.integers(1, 3)))
+DIM = st.one_of(st.integers(-1, 9), st.tuples(st.integers(0, 5), st.integers(1, 3)),
+                st.sampled_from([2.0, (2.0, 1), (np.int64(2), 1), True, [2, 1]]))
 BLOCK = st.one_of(st.sampled_from([1, 7, 32, 64, 2000]), st.tuples(st.sampled_from([4, 16]),
                                                                   st.integers(1, 4)))
 
