@@ -464,7 +464,7 @@ def test_a_plugin_action_runs_through_kiln_build(tmp_path, monkeypatch, capsys) 
     """An action registered by a plugin (here: the lowered IR of each kernel) is listed by
     `kiln build --help` and run by `kiln build --emit`, with the same specialisation and
     all-or-nothing output."""
-    from kiln.framework import actions
+    from kiln.aot import actions
     from kiln.ir.printer import format_program
 
     def write_ir(request: actions.ActionRequest) -> None:
