@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import ModuleType as _ModuleType
 
 from . import backend  # the backend contract: kiln.backend.JITBackend, ...
-from .aot import load_library
+from .aot.loader import load_library
 from .errors import (
     ArityError,
     BackendCompileError,

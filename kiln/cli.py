@@ -28,13 +28,13 @@ from rich.table import Table
 import kiln
 
 from . import benchplot
-from .aot import build, library_name
+from .aot.actions import ActionError, actions
+from .aot.build import build, library_name
 from .conformance import check_command
 from .demo import run_demo
 from .errors import KernelError, LaunchError, SettingError
 from .execution.kernel import Kernel
 from .framework import cache
-from .framework.actions import ActionError, actions
 from .framework.backend import Backend, Capabilities, DeviceKind, ExecutionModel, JITBackend
 from .framework.registry import registry
 from .ir.enums import MemorySpace

@@ -42,7 +42,8 @@ step pytest 300 $PY -m pytest -q -ra -p no:cacheprovider tests/backends/cuda/tes
     tests/backends/cuda/test_backend.py tests/backends/cuda/test_interop.py \
     tests/codegen/test_vectors.py tests/ir/passes/test_matrix.py
 # kiln build --target cuda: a C program against the built library, compared with NumPy
-step aot 240 $PY -m pytest -q -ra -p no:cacheprovider tests/aot/test_build.py -k cuda
+step aot 240 $PY -m pytest -q -ra -p no:cacheprovider tests/aot \
+    tests/backends/cuda/test_library.py -k cuda
 step check 300 $PY -m kiln check cuda
 step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
     $PY -m kiln check cuda -k "$E2E"

@@ -20,13 +20,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ir", ("kiln.ir", "kiln.options")),
     ("passes", ("kiln.ir.passes",)),
     ("contract", ("kiln.framework",)),
+    ("aot", ("kiln.aot",)),
     ("runtime", ("kiln.runtime",)),
     ("frontend", ("kiln.lang",)),
     ("execution", ("kiln.execution",)),
     ("contract API", ("kiln.backend",)),
     ("codegen", ("kiln.codegen",)),
     ("backends", ("kiln.builtin_backends",)),
-    ("actions", ("kiln.aot", "kiln.dask")),
+    ("actions", ("kiln.aot.build", "kiln.dask")),
     ("public API", ("kiln",)),
     ("tools", ("kiln.conformance", "kiln.examples", "kiln.demo", "kiln.benchplot")),
     ("entry points", ("kiln.cli", "kiln.__main__")),
@@ -69,6 +70,7 @@ ORDER: dict[str, tuple[str, ...]] = {
     "kiln.runtime": ("device", "host", "array", "status", "interop", "graph"),
     "kiln.execution": ("fingerprint", "tablewatch", "arguments", "state", "kernelcache",
                        "drivers", "fastpath", "executor", "kernel", "raw", "sharding", "autotune"),
+    "kiln.aot": ("actions", "entries", "header", "glue", "host", "library", "loader", "build"),
 }
 """The modules of a package, bottom to top: none imports one above it (its `__init__` is
 on top). Every module of a listed package is listed. Packages whose modules call each other

@@ -16,10 +16,10 @@ from typing import Any
 
 from ..execution.drivers import frontend
 from ..execution.kernel import Kernel
-from ..framework.actions import ActionError, ActionRequest, SpecialisedKernel, action_named
 from ..framework.backend import Backend
 from ..framework.registry import registry, target_pipeline
 from ..ir.types import ArrayType, ConstexprType, ScalarType, Type
+from .actions import ActionError, ActionRequest, SpecialisedKernel, action_named
 
 _C_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from .. import settings
-from ..codegen.library import MANIFEST_FORMAT
 from ..errors import IndexOutOfBoundsError, LaunchError, RecursionDepthError
 from ..ir.types import SCALAR_BY_DTYPE, SCALAR_BY_NAME, ScalarType, fits
+from .library import MANIFEST_FORMAT
 
 CTYPES: dict[str, Any] = {
     "bool_": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import kiln.builtin_backends as builtin
+from kiln.aot.library import LibraryTarget
 from kiln.backend import Backend
 from kiln.codegen.emitter import CEmitter
 
@@ -51,3 +52,15 @@ def test_emitters_live_in_dialect_py(package: str) -> None:
                     if isinstance(getattr(module, name), type)
                     and issubclass(getattr(module, name), CEmitter)]
         assert not emitters or path.name == "dialect.py", f"{package}/{path.name}: {emitters}"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_library_targets_live_in_library_py(package: str) -> None:
+    """A backend's target of `kiln build --emit library` is its own code, beside its
+    dialect; what every target shares is `kiln.aot`'s."""
+    for path in (ROOT / package).glob("*.py"):
+        module = __import__(f"kiln.builtin_backends.{package}.{path.stem}", fromlist=["_"])
+        targets = [name for name in _classes(ast.parse(path.read_text()))
+                   if isinstance(getattr(module, name), type)
+                   and issubclass(getattr(module, name), LibraryTarget)]
+        assert not targets or path.name == "library.py", f"{package}/{path.name}: {targets}"

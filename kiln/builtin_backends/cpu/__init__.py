@@ -4,8 +4,8 @@ Importing this module registers the backend; a missing compiler or OpenMP makes 
 unavailable (with the reason) rather than failing the import.
 """
 
+from ...aot.library import register_library_target
 from ...backend import register_backend
-from ...codegen.library import register_library_target
 from . import vmath  # noqa: F401 - registers the "cpu" intrinsic spellings
 from .backend import CpuBackend
 from .dialect import CpuEmitter

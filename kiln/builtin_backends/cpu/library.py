@@ -13,19 +13,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...backend import Dim3
-from ...codegen.library import LibraryTarget
-from ...codegen.library.entries import EntryPoint
-from ...codegen.library.glue import (
+from ...aot.actions import ActionError
+from ...aot.entries import EntryPoint
+from ...aot.glue import (
     api_macro,
     c_limits,
     common_source,
     launch_functions,
     registration_functions,
 )
-from ...codegen.library.host import compile_object, link_library
+from ...aot.host import compile_object, link_library
+from ...aot.library import LibraryTarget
+from ...backend import Dim3
 from ...codegen.threadloops import BLOCK_DIMS, SLOT, SMALL_LAUNCH
-from ...framework.actions import ActionError
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
 from ...ir.passes.status import STATUS_WORDS
 from .backend import MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CpuBackend, build_env

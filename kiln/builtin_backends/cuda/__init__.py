@@ -6,8 +6,8 @@ backend reports itself unavailable, with the reason, where they or a GPU are mis
 
 from __future__ import annotations
 
+from ...aot.library import register_library_target
 from ...backend import register_backend
-from ...codegen.library import register_library_target
 from ...runtime.interop import register_adopter
 from .backend import CudaBackend
 from .interop import adopt

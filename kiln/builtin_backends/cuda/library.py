@@ -17,17 +17,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...codegen.library import LibraryTarget
-from ...codegen.library.entries import EntryPoint
-from ...codegen.library.glue import (
+from ...aot.actions import ActionError
+from ...aot.entries import EntryPoint
+from ...aot.glue import (
     api_macro,
     c_bytes,
     common_source,
     launch_functions,
     registration_functions,
 )
-from ...codegen.library.host import compile_object, link_library
-from ...framework.actions import ActionError
+from ...aot.host import compile_object, link_library
+from ...aot.library import LibraryTarget
 from ...ir.passes.status import STATUS_WORDS
 from . import nvrtc
 from .backend import capabilities_of, compile_cached

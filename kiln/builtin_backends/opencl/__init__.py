@@ -5,8 +5,8 @@ backend, a CPU device (PoCL's) below it. This module imports without pyopencl; t
 is then unavailable and says why.
 """
 
+from ...aot.library import register_library_target
 from ...backend import register_backend
-from ...codegen.library import register_library_target
 from .backend import OpenCLBackend
 from .library import OpenCLLibrary
 

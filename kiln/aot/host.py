@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
-from ... import settings
-from ...framework.actions import ActionError
-from ...framework.buildenv import ToolNotFoundError, find_command
+from .. import settings
+from ..framework.buildenv import ToolNotFoundError, find_command
+from .actions import ActionError
 
 HOST_FLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-w")
 """Host code: position independent, only the header's functions exported (`NAME_API`)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ...ir.passes.status import STATUS_WORDS
+from ..ir.passes.status import STATUS_WORDS
 from .entries import EntryPoint
 
 STATUS_WORDS_C = str(STATUS_WORDS)

@@ -10,14 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ...errors import RecursionDepthError
-from ...framework.actions import ActionError, SpecialisedKernel
-from ...framework.backend import Dim3
-from ...ir.abi import AbiParam, kernel_abi
-from ...ir.analysis import written_params
-from ...ir.nodes import RuntimeCheck
-from ...ir.ranges import MAX_BLOCK_THREADS
-from ...ir.types import (
+from ..errors import RecursionDepthError
+from ..framework.backend import Dim3
+from ..ir.abi import AbiParam, kernel_abi
+from ..ir.analysis import written_params
+from ..ir.nodes import RuntimeCheck
+from ..ir.ranges import MAX_BLOCK_THREADS
+from ..ir.types import (
     ArrayType,
     ConstexprType,
     ScalarType,
@@ -36,6 +35,7 @@ from ...ir.types import (
     u32,
     u64,
 )
+from .actions import ActionError, SpecialisedKernel
 
 HEADER_TYPES: dict[ScalarType, str] = {
     bool_: "bool", i8: "int8_t", i16: "int16_t", i32: "int32_t", i64: "int64_t",

@@ -2,7 +2,7 @@
 
 An action has a name (what `kiln build --emit NAME` asks for), a description, and one
 implementation per target it supports. Kiln registers the `library` action
-(`kiln.codegen.library`); backends add their targets to it when they are imported, and a
+(`kiln.aot.library`); backends add their targets to it when they are imported, and a
 plugin registers a whole action, or a target of an existing one, the same way (or through
 the entry-point group `kiln.actions`, whose objects are imported and, when they are
 `Action`s, registered).
@@ -17,13 +17,13 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from ..framework.registry import registry
 from ..ir.nodes import Program
 from ..ir.types import Type
 from ..options import DEFAULT_OPTIONS, KernelOptions
-from .registry import registry
 
 ENTRY_POINT_GROUP = "kiln.actions"
-BUILTIN_ACTIONS = ("kiln.codegen.library",)
+BUILTIN_ACTIONS = ("kiln.aot.library",)
 
 
 class ActionError(Exception):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...ir.types import ConstexprType
+from ..ir.types import ConstexprType
 from .entries import EntryPoint
 
 STATUS_CODES = (

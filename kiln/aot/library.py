@@ -16,14 +16,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...framework.actions import (
+from ..ir.types import ArrayType, ConstexprType
+from .actions import (
     Action,
     ActionError,
     ActionRequest,
     register_action,
     register_action_target,
 )
-from ...ir.types import ArrayType, ConstexprType
 from .entries import EntryPoint, entry_points
 from .header import header_text
 
