@@ -9,6 +9,15 @@ Kernel authors need none of it (`kiln` holds their API). A backend subclasses on
 
 from __future__ import annotations
 
+from .aot.actions import (
+    Action,
+    ActionError,
+    ActionRequest,
+    SpecialisedKernel,
+    register_action,
+    register_action_target,
+)
+from .aot.library import LibraryTarget, register_library_target
 from .errors import ContractError
 from .execution.drivers import ExecutionDriver, register_execution_model
 from .framework.backend import (
@@ -50,13 +59,15 @@ from .lang.extend import register_intrinsic, register_operation
 from .runtime.host import HostAllocator, HostQueue, HostStream
 
 __all__ = [
-    "CONTRACT_VERSION", "Allocator", "Availability", "Backend", "Capabilities",
-    "CompiledKernel", "Compiler", "ContractError", "CudaArrayInterop", "CustomBackend",
-    "DLPackInterop", "DeviceKind", "Dim3", "DirectBackend", "ExecutionDriver",
-    "ExecutionModel", "ExtensibleEnum", "FastLaunch", "GraphCapture", "HostAllocator",
-    "HostQueue", "HostStream", "HostTimedEvent", "Intrinsic", "IntrinsicTypeError",
-    "JITBackend", "KernelRequest", "Launchable", "Loader", "MemorySpace", "Partitionable",
-    "Pass", "PeerCopy", "Queue", "RawKernels", "RunsProgram", "SubBuffers", "Variance",
-    "ZeroCopy", "atomic_capabilities", "intrinsics", "register_backend",
-    "register_execution_model", "register_intrinsic", "register_operation", "supports",
+    "CONTRACT_VERSION", "Action", "ActionError", "ActionRequest", "Allocator", "Availability",
+    "Backend", "Capabilities", "CompiledKernel", "Compiler", "ContractError",
+    "CudaArrayInterop", "CustomBackend", "DLPackInterop", "DeviceKind", "Dim3", "DirectBackend",
+    "ExecutionDriver", "ExecutionModel", "ExtensibleEnum", "FastLaunch", "GraphCapture",
+    "HostAllocator", "HostQueue", "HostStream", "HostTimedEvent", "Intrinsic",
+    "IntrinsicTypeError", "JITBackend", "KernelRequest", "Launchable", "LibraryTarget",
+    "Loader", "MemorySpace", "Partitionable", "Pass", "PeerCopy", "Queue", "RawKernels",
+    "RunsProgram", "SpecialisedKernel", "SubBuffers", "Variance", "ZeroCopy",
+    "atomic_capabilities", "intrinsics", "register_action", "register_action_target",
+    "register_backend", "register_execution_model", "register_intrinsic",
+    "register_library_target", "register_operation", "supports",
 ]
