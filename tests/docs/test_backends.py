@@ -54,8 +54,8 @@ def test_examples_used_public_names_only() -> None:
         for module in re.findall(r"^from (kiln[\w.]*) import", example, re.M):
             assert module in ("kiln", "kiln.backend", "kiln.builtin_backends.interp",
                               "kiln.codegen", "kiln.conformance", "kiln.execution.drivers",
-                              "kiln.ir", "kiln.ir.intrinsics", "kiln.ir.passes",
-                              "kiln.ir.visit"), module
+                              "kiln.framework.cache", "kiln.ir", "kiln.ir.intrinsics",
+                              "kiln.ir.passes", "kiln.ir.types", "kiln.ir.visit"), module
     assert kiln.backend.register_intrinsic and kiln.backend.register_operation
 
 
@@ -84,3 +84,60 @@ def test_the_plugin_package_installs_and_passes_kiln_check(tmp_path: Path) -> No
                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
     assert re.search(r"\d+ passed in", check.stdout) and "failed" not in check.stdout
+
+
+DEEP_KERNEL = """import kiln
+
+
+@kiln.kernel
+def deep(out: kiln.i32[:]):
+""" + "".join("    " * (k + 1) + f"for a{k} in range(2):\n" for k in range(19)) + \
+    "    " * 20 + "kiln.atomic_add(out, 0, 1)\n"
+
+PYTHON_BACKEND_CHECKS = """
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import kiln
+import deep_kernel
+import pyloops_backend
+
+out = np.zeros(1, np.int32)
+try:
+    kiln.launch(deep_kernel.deep, 1, 1, (out,), device="pyloops")
+    raise AssertionError("a kernel nested past Python's limit compiled")
+except kiln.BackendCompileError as exc:
+    assert "too many statically nested blocks" in str(exc), exc
+    innermost = len(Path(deep_kernel.__file__).read_text().splitlines()) - 1  # its loop
+    assert exc.loc.file.endswith("deep_kernel.py") and exc.loc.line == innermost, exc.loc
+
+x = np.arange(128, dtype=np.float32)
+sums = np.zeros(2, np.float32)
+kiln.launch(pyloops_backend.block_sums, 2, 64, (x, sums), device="pyloops")
+assert sums.tolist() == [x[:64].sum(), x[64:].sum()], sums
+(entry,) = (Path(sys.argv[1]) / "pyloops").glob("*.py")
+text = entry.read_text()
+compile(text, str(entry), "exec")  # the entry is the source, its footer a comment
+assert "for kiln_t, (kiln_thread_idx_z" in text and text.rstrip().splitlines()[-1][0] == "#"
+"""
+
+
+def test_the_python_backend_of_section_16_caches_source_and_locates_errors(
+        tmp_path: Path) -> None:
+    """Section 16's backend, imported as a module (its launch and conformance run are
+    `test_example_runs`'): Python's nesting limit is an error at the user's line, and the
+    cache entry is the generated source."""
+    section = DOC.read_text().split("## 16.", 1)[1]
+    backend = next(code for code in re.findall(r"```python\n(.*?)```", section, re.S)
+                   if "class PythonEmitter" in code)
+    (tmp_path / "pyloops_backend.py").write_text(backend)
+    (tmp_path / "deep_kernel.py").write_text(DEEP_KERNEL)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KILN_BACKEND", "KILN_DISABLE_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
+    env["KILN_CACHE_DIR"] = str(tmp_path / "cache")
+    result = subprocess.run([sys.executable, "-c", PYTHON_BACKEND_CHECKS, str(tmp_path / "cache")],
+                            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
