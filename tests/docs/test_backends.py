@@ -86,7 +86,16 @@ def test_the_plugin_package_installs_and_passes_kiln_check(tmp_path: Path) -> No
     assert re.search(r"\d+ passed in", check.stdout) and "failed" not in check.stdout
 
 
-DEEP_KERNEL = """import kiln
+KERNELS = """import kiln
+
+
+@kiln.kernel
+def shadowing(out: kiln.i32[:]):
+    list = kiln.global_id(0)  # names the generated code must not shadow
+    range = list * 2
+    np = range + 1
+    kiln_t = np * 3
+    out[list] = kiln_t
 
 
 @kiln.kernel
@@ -101,39 +110,46 @@ from pathlib import Path
 import numpy as np
 
 import kiln
-import deep_kernel
+import kernels
 import pyloops_backend
 
 out = np.zeros(1, np.int32)
 try:
-    kiln.launch(deep_kernel.deep, 1, 1, (out,), device="pyloops")
+    kiln.launch(kernels.deep, 1, 1, (out,), device="pyloops")
     raise AssertionError("a kernel nested past Python's limit compiled")
 except kiln.BackendCompileError as exc:
     assert "too many statically nested blocks" in str(exc), exc
-    innermost = len(Path(deep_kernel.__file__).read_text().splitlines()) - 1  # its loop
-    assert exc.loc.file.endswith("deep_kernel.py") and exc.loc.line == innermost, exc.loc
+    innermost = len(Path(kernels.__file__).read_text().splitlines()) - 1  # its loop
+    assert exc.loc.file.endswith("kernels.py") and exc.loc.line == innermost, exc.loc
+
+out = np.zeros(40, np.int32)
+kiln.launch(kernels.shadowing, 5, 8, (out,), device="pyloops")
+assert out.tolist() == [(2 * i + 1) * 3 for i in range(40)], out
 
 x = np.arange(128, dtype=np.float32)
 sums = np.zeros(2, np.float32)
 kiln.launch(pyloops_backend.block_sums, 2, 64, (x, sums), device="pyloops")
 assert sums.tolist() == [x[:64].sum(), x[64:].sum()], sums
-(entry,) = (Path(sys.argv[1]) / "pyloops").glob("*.py")
-text = entry.read_text()
-compile(text, str(entry), "exec")  # the entry is the source, its footer a comment
-assert "for kiln_t, (kiln_thread_idx_z" in text and text.rstrip().splitlines()[-1][0] == "#"
+entries = list((Path(sys.argv[1]) / "pyloops").glob("*.py"))
+assert len(entries) == 2, entries  # shadowing and block_sums
+for entry in entries:
+    text = entry.read_text()
+    compile(text, str(entry), "exec")  # the entry is the source, its footer a comment
+    assert "for kiln_t, (kiln_thread_idx_z" in text and text.rstrip().splitlines()[-1][0] == "#"
 """
 
 
 def test_the_python_backend_of_section_16_caches_source_and_locates_errors(
         tmp_path: Path) -> None:
     """Section 16's backend, imported as a module (its launch and conformance run are
-    `test_example_runs`'): Python's nesting limit is an error at the user's line, and the
-    cache entry is the generated source."""
+    `test_example_runs`'): Python's nesting limit is an error at the user's line, user
+    names never shadow what the generated code calls, and the cache entry is the
+    generated source."""
     section = DOC.read_text().split("## 16.", 1)[1]
     backend = next(code for code in re.findall(r"```python\n(.*?)```", section, re.S)
                    if "class PythonEmitter" in code)
     (tmp_path / "pyloops_backend.py").write_text(backend)
-    (tmp_path / "deep_kernel.py").write_text(DEEP_KERNEL)
+    (tmp_path / "kernels.py").write_text(KERNELS)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("KILN_BACKEND", "KILN_DISABLE_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
