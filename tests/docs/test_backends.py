@@ -99,6 +99,13 @@ def shadowing(out: kiln.i32[:]):
 
 
 @kiln.kernel
+def c_only(out: kiln.i32[:]):
+    x = out[0]
+    kiln.native(c="{x} += 1;")
+    out[0] = x
+
+
+@kiln.kernel
 def deep(out: kiln.i32[:]):
 """ + "".join("    " * (k + 1) + f"for a{k} in range(2):\n" for k in range(19)) + \
     "    " * 20 + "kiln.atomic_add(out, 0, 1)\n"
@@ -122,6 +129,12 @@ except kiln.BackendCompileError as exc:
     innermost = len(Path(kernels.__file__).read_text().splitlines()) - 1  # its loop
     assert exc.loc.file.endswith("kernels.py") and exc.loc.line == innermost, exc.loc
 
+try:
+    kiln.launch(kernels.c_only, 1, 1, (out,), device="pyloops")
+    raise AssertionError("kiln.native without python= code ran")
+except kiln.UnsupportedError as exc:
+    assert "needs python= code" in str(exc) and exc.loc.line == 16, exc
+
 out = np.zeros(40, np.int32)
 kiln.launch(kernels.shadowing, 5, 8, (out,), device="pyloops")
 assert out.tolist() == [(2 * i + 1) * 3 for i in range(40)], out
@@ -142,9 +155,9 @@ for entry in entries:
 def test_the_python_backend_of_section_16_caches_source_and_locates_errors(
         tmp_path: Path) -> None:
     """Section 16's backend, imported as a module (its launch and conformance run are
-    `test_example_runs`'): Python's nesting limit is an error at the user's line, user
-    names never shadow what the generated code calls, and the cache entry is the
-    generated source."""
+    `test_example_runs`'): Python's nesting limit and native code without python= are
+    errors at the user's line, user names never shadow what the generated code calls,
+    and the cache entry is the generated source."""
     section = DOC.read_text().split("## 16.", 1)[1]
     backend = next(code for code in re.findall(r"```python\n(.*?)```", section, re.S)
                    if "class PythonEmitter" in code)
