@@ -23,6 +23,7 @@ from .definite import check_definite_assignment
 from .features import device_feature_check
 from .fold import fold_constants
 from .inline import inline_aggregate_returns, inline_functions
+from .lockstep import lower_lockstep_loops
 from .matrix import lower_matrix_ops
 from .operations import check_implementations, lower_operations
 from .recursion import bound_recursion
@@ -37,7 +38,7 @@ __all__ = [
     "check_definite_assignment", "check_program",
     "default_pipeline", "device_feature_check", "fold_constants", "inline_aggregate_returns",
     "inline_functions", "lower_aggregates", "lower_bf16", "lower_matrix_ops",
-    "lower_single_lane_warps",
+    "lower_lockstep_loops", "lower_single_lane_warps",
     "lower_thread_loops", "pipeline_for", "remove_dead_code", "widen_index_arithmetic",
 ]
 
