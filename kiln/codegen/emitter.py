@@ -31,7 +31,7 @@ from ..errors import UnsupportedError
 from ..ir import nodes as ir
 from ..ir.abi import function_abi
 from ..ir.enums import MemorySpace
-from ..ir.intrinsics import Spelling, implementation_of, intrinsics
+from ..ir.intrinsics import Spelling, check_spellings, implementation_of, intrinsics
 from ..ir.ranges import Ranges
 from ..ir.types import (
     SCALAR_BY_DTYPE,
@@ -668,6 +668,10 @@ class CEmitter(Visitor[Any]):
             return self.cast(result, f16) if e.type is f16 else result
         return self._spelled(e, [self.expr(a).text for a in e.args],
                              arg_types[0] if arg_types else e.type)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        check_spellings(cls)
 
     @classmethod
     def implementation(cls, name: str) -> Spelling:

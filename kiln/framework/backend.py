@@ -45,7 +45,7 @@ import numpy as np
 
 from ..ir.abi import AbiParam
 from ..ir.enums import ExtensibleEnum
-from ..ir.intrinsics import Spelling, implementation_of
+from ..ir.intrinsics import Spelling, check_spellings, implementation_of
 from ..ir.nodes import Program
 from ..ir.passes import pipeline_for
 from ..ir.target import Capabilities as Capabilities  # re-exported: part of the contract
@@ -387,6 +387,10 @@ class Backend(ABC):
     """Whether the backend checks every array index itself (the interp). Where not, a kernel
     with `debug=True` gets the shared bounds-check pass (`kiln.ir.passes.bounds`), which
     needs only `atomic_cas` on i32 and the index intrinsics: a new backend gets it free."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        check_spellings(cls)
 
     def availability(self) -> Availability:
         """Whether the backend can run here, and if not why. Must not raise. Default:

@@ -137,6 +137,15 @@ LOWERED_CATEGORIES = ("vector", "matrix", "matrix_native")
 intrinsics = IntrinsicRegistry()
 
 
+def check_spellings(owner: type) -> None:
+    """Refuse a class whose own `spellings` name an intrinsic the registry does not know (a
+    misspelt name would never be looked up), as `implement` does."""
+    unknown = [name for name in vars(owner).get("spellings", {}) if name not in intrinsics]
+    if unknown:
+        raise KeyError(f"{owner.__qualname__}.spellings: unknown intrinsic(s) "
+                       f"{', '.join(map(repr, unknown))}")
+
+
 def implementation_of(owner: type, name: str, chain: str) -> Spelling:
     """The implementation of intrinsic `name` for class `owner`, whose attribute `chain`
     names its namespaces, most specific first (an emitter's `namespaces`, a backend's

@@ -206,6 +206,15 @@ def test_a_registered_implementation_wins_where_its_namespace_comes_first() -> N
     assert OrderDerived.implementation("sqrt") == "mine({0})"
 
 
+def test_a_misspelt_spelling_is_refused_with_the_class() -> None:
+    with pytest.raises(KeyError, match=r"Typo.spellings: unknown intrinsic\(s\) 'sqrtt'"):
+        class Typo(CEmitter):
+            spellings = {"sqrtt": "sqrt({0})"}
+    with pytest.raises(KeyError, match="TypoBackend.spellings: unknown intrinsic"):
+        class TypoBackend(kiln.backend.DirectBackend):
+            spellings = {"exq": abs}
+
+
 def test_no_builtin_module_registers_implementations() -> None:
     """kiln's spellings are class data: importing every backend registers nothing (an
     import left out cannot lose a spelling)."""
