@@ -3,10 +3,10 @@
 A dialect (cpu, cuda, opencl, ...) subclasses `CEmitter` and mostly sets class attributes:
 type names, qualifiers, literal suffixes, the prologue, its intrinsic spellings (merged
 along the MRO with its bases'; extensions add theirs under its namespaces), helper
-templates. Where data is
-not enough it overrides a hook (`emit_kernel`, `var`, `element`), a node's handler
-(`stmt_<Node>`, `expr_<Node>`: the emitter is a `kiln.ir.visit.Visitor`) or registers a
-handler with a predicate (`@handles(IntrinsicCall, when=...)`, DaCe's dispatcher).
+templates. Where data is not enough it overrides a hook (`emit_kernel`, `var`,
+`element`), a node's handler (`stmt_<Node>`, `expr_<Node>`: the emitter is a
+`kiln.ir.visit.Visitor`) or registers a handler with a predicate (`@handles(IntrinsicCall,
+when=...)`, DaCe's dispatcher).
 
 Intrinsic implementations for emitters are either a format string over the argument
 sources (`"atomicAdd({0}, {1})"`; keywords `{T}` result C type, `{f}` libm suffix) or a
