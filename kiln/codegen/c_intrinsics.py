@@ -1,8 +1,8 @@
-"""The C-family spellings of the standard math intrinsics, registered under namespace "c".
+"""The C-family spellings of the standard math intrinsics: `CEmitter.spellings`.
 
 C99 `<math.h>` names with the `f` suffix selected for f32; integer `abs`/`min`/`max` use
-small helpers. Dialects override single entries under their own namespace (e.g. CUDA's
-`rsqrtf`). Index, sync and atomic intrinsics differ per backend and are not registered here.
+small helpers. Dialects override single entries in their own `spellings` (e.g. CUDA's
+`rsqrtf`). Index, sync and atomic intrinsics differ per backend and are not spelled here.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..ir import nodes as ir
-from ..ir.intrinsics import BINARY_FLOAT_MATH, UNARY_FLOAT_MATH, intrinsics
+from ..ir.intrinsics import BINARY_FLOAT_MATH, UNARY_FLOAT_MATH, Spelling
 from ..ir.types import ScalarType
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def _numeric(kind: str, float_spelling: str | None = None):
     return spell
 
 
-C_MATH: dict[str, object] = {name: _libm(name) for name in _ARITY}
+C_MATH: dict[str, Spelling] = {name: _libm(name) for name in _ARITY}
 C_MATH.update({
     "rsqrt": "1 / sqrt{f}({0})",
     "abs": _numeric("abs", "fabs{f}({0})"),
@@ -57,5 +57,3 @@ C_MATH.update({
     "isnan": "(isnan({0}) != 0)",  # C only promises nonzero (glibc's isinf(-inf) is -1)
     "isinf": "(isinf({0}) != 0)",
 })
-
-intrinsics.implement("c", C_MATH)

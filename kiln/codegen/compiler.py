@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ..framework.backend import CompiledKernel, Compiler
 from ..ir.abi import kernel_abi
+from ..ir.intrinsics import Spelling
 from ..ir.nodes import Program
 from ..options import KernelOptions
 from .emitter import CEmitter
@@ -24,6 +25,9 @@ class SourceCompiler(Compiler):
 
     def generate_source(self, program: Program) -> str:
         return self.emitter().emit(program)
+
+    def intrinsic_implementation(self, name: str) -> Spelling:
+        return self.emitter.implementation(name)
 
     def compile(self, program: Program, device: Device,
                 options: KernelOptions) -> CompiledKernel:

@@ -1,11 +1,12 @@
 """The shared C-family emitter: one walker over lowered IR, specialised by dialect data.
 
 A dialect (cpu, cuda, opencl, ...) subclasses `CEmitter` and mostly sets class attributes:
-type names, qualifiers, literal suffixes, the prologue, its intrinsic namespaces (spellings
-come from the one registry, `kiln.ir.intrinsics`), helper templates. Where data is
-not enough it overrides a hook (`emit_kernel`, `var`, `element`), a node's handler
-(`stmt_<Node>`, `expr_<Node>`: the emitter is a `kiln.ir.visit.Visitor`) or registers a
-handler with a predicate (`@handles(IntrinsicCall, when=...)`, DaCe's dispatcher).
+type names, qualifiers, literal suffixes, the prologue, its intrinsic spellings (merged
+along the MRO with its bases'; extensions add theirs under its namespaces), helper
+templates. Where data is not enough it overrides a hook (`emit_kernel`, `var`,
+`element`), a node's handler (`stmt_<Node>`, `expr_<Node>`: the emitter is a
+`kiln.ir.visit.Visitor`) or registers a handler with a predicate (`@handles(IntrinsicCall,
+when=...)`, DaCe's dispatcher).
 
 Intrinsic implementations for emitters are either a format string over the argument
 sources (`"atomicAdd({0}, {1})"`; keywords `{T}` result C type, `{f}` libm suffix) or a
@@ -20,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -30,7 +31,7 @@ from ..errors import UnsupportedError
 from ..ir import nodes as ir
 from ..ir.abi import function_abi
 from ..ir.enums import MemorySpace
-from ..ir.intrinsics import intrinsics
+from ..ir.intrinsics import Spelling, check_spellings, implementation_of, intrinsics
 from ..ir.ranges import Ranges
 from ..ir.types import (
     SCALAR_BY_DTYPE,
@@ -54,6 +55,7 @@ from ..ir.types import (
 )
 from ..ir.visit import Visitor, walk
 from ..lang.native import PLACEHOLDER, native_code
+from .c_intrinsics import C_MATH
 from .helpers import C_HELPERS, HelperTemplate
 from .names import RESERVED, NameTable
 
@@ -123,8 +125,13 @@ class CEmitter(Visitor[Any]):
 
     visit_prefixes = ("stmt_", "expr_")
 
+    spellings: ClassVar[Mapping[str, Spelling]] = C_MATH
+    """This class's own intrinsic spellings; a subclass's override its bases' (see
+    `implementation`). C's are the math intrinsics only: a dialect spells the index
+    intrinsics, `barrier`, `mem_fence`, the atomics and the warp operations."""
     namespaces: ClassVar[tuple[str, ...]] = ("c",)
-    """Where intrinsic spellings are looked up, most specific first."""
+    """Where implementations extensions register (`kiln.backend.intrinsics.implement`) are
+    found, most specific first; a class's own `spellings` belong to its first namespace."""
     type_names: ClassVar[dict[ScalarType, str]] = {
         bool_: "bool", i8: "int8_t", i16: "int16_t", i32: "int32_t", i64: "int64_t",
         u8: "uint8_t", u16: "uint16_t", u32: "uint32_t", u64: "uint64_t",
@@ -662,9 +669,20 @@ class CEmitter(Visitor[Any]):
         return self._spelled(e, [self.expr(a).text for a in e.args],
                              arg_types[0] if arg_types else e.type)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        check_spellings(cls)
+
+    @classmethod
+    def implementation(cls, name: str) -> Spelling:
+        """The spelling of intrinsic `name`, None without one: the class spellings merged
+        along the MRO, and along `namespaces` what extensions registered
+        (`kiln.ir.intrinsics.implementation_of` gives the order)."""
+        return implementation_of(cls, name, "namespaces")
+
     def spell_intrinsic(self, name: str, args: list[str], t: Type,
                         call: ir.IntrinsicCall | None = None) -> CExpr:
-        impl = intrinsics.implementation(name, self.namespaces)
+        impl = self.implementation(name)
         if impl is None:
             raise UnsupportedError(f"intrinsic {name} has no implementation for "
                                    f"{type(self).__name__} (namespaces {self.namespaces})",

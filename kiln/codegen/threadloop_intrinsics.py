@@ -1,4 +1,5 @@
-"""Intrinsic spellings of thread-loop C (namespace "threads"): index names, fences, atomics.
+"""Intrinsic spellings of thread-loop C (`ThreadLoopEmitter.spellings`): index names, fences,
+atomics.
 
 The index intrinsics are the variables `ThreadLoopEmitter`'s loops define
 (`kiln_thread_idx_x`, `kiln_block_idx_x`, `kiln_grid_dim_x`, ...); barriers are gone after
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir import nodes as ir
-from ..ir.intrinsics import INDEX_BASES, intrinsics
+from ..ir.intrinsics import INDEX_BASES, Spelling
 from ..ir.types import ScalarType
 from .helpers import HelperTemplate
 
@@ -81,11 +82,9 @@ def _atomic(op: str) -> Any:
     return spell
 
 
-THREAD_LOOP_IMPLS: dict[str, Any] = {f"{b}_{a}": f"kiln_{b}_{a}"
+THREAD_LOOP_IMPLS: dict[str, Spelling] = {f"{b}_{a}": f"kiln_{b}_{a}"
                                      for b in INDEX_BASES for a in "xyz"}
 THREAD_LOOP_IMPLS.update({f"atomic_{op}": _atomic(op) for op in OPS})
 THREAD_LOOP_IMPLS["atomic_cas"] = _atomic("cas")
 THREAD_LOOP_IMPLS["mem_fence"] = "__atomic_thread_fence(__ATOMIC_SEQ_CST)"
 THREAD_LOOP_IMPLS["barrier"] = "/* barrier */ (void)0"
-
-intrinsics.implement("threads", THREAD_LOOP_IMPLS)

@@ -36,7 +36,7 @@ from ..ir.visit import handles, walk
 from .emitter import BINARY_PREC, CEmitter, CExpr
 from .helpers import C_HELPERS, HelperTemplate
 from .regions import plan_region
-from .threadloop_intrinsics import ATOMIC_HELPERS
+from .threadloop_intrinsics import ATOMIC_HELPERS, THREAD_LOOP_IMPLS
 
 AXES = "xyz"
 LAUNCH_DIMS = [f"kiln_grid_dim_{a}" for a in AXES]
@@ -135,6 +135,7 @@ def _on_block_memory(emitter: ThreadLoopEmitter, call: ir.IntrinsicCall) -> bool
 class ThreadLoopEmitter(CEmitter):
     """Emits `lower_thread_loops`' output as C: blocks as a loop, threads as loops."""
 
+    spellings = THREAD_LOOP_IMPLS
     namespaces: ClassVar[tuple[str, ...]] = ("threads", "c")
     prologue = thread_loop_prologue()
     function_qualifier = "static inline"

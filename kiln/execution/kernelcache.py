@@ -39,7 +39,7 @@ import numpy as np
 
 from ..framework.backend import Capabilities, CompiledKernel, JITBackend
 from ..framework.cache import CompileCache
-from ..ir.intrinsics import intrinsics
+from ..ir.intrinsics import Lookup, intrinsics
 from ..ir.nodes import Program
 from ..ir.types import SCALAR_BY_NAME, ScalarType, StructType, Type
 from ..version import __version__
@@ -125,7 +125,7 @@ def kernel_key(kernel: LaunchState, arg_types: Sequence[Type], device: Device) -
             "backend": backend_identity(backend),
             "build": backend.build_identity(device),
             "device": capabilities_identity(device.capabilities),
-            "intrinsics": intrinsics_identity(backend.intrinsic_namespaces),
+            "intrinsics": intrinsics_identity(backend.intrinsic_implementation),
             "types": [type_fingerprint(t) for t in arg_types],
             "kernel": fingerprint(kernel.function),
         }
@@ -186,20 +186,21 @@ def capabilities_identity(caps: Capabilities) -> str:
                  for f in dataclasses.fields(caps) for v in [getattr(caps, f.name)]])
 
 
-_INTRINSIC_IDS: dict[tuple[tuple[str, ...], int], str] = {}
+_INTRINSIC_IDS: dict[tuple[Lookup, int], str] = {}
 
 
-def intrinsics_identity(namespaces: Sequence[str]) -> str:
-    """Every intrinsic's specification and its implementation along `namespaces` (plugins
-    and users may register and implement intrinsics); cached per registry revision."""
-    cache_key = (tuple(namespaces), intrinsics.revision)
+def intrinsics_identity(implementation: Lookup) -> str:
+    """Every intrinsic's specification and its `implementation` (a backend's
+    `intrinsic_implementation`: plugins and users may register and implement intrinsics);
+    cached per backend and registry revision."""
+    cache_key = (implementation, intrinsics.revision)
     found = _INTRINSIC_IDS.get(cache_key)
     if found is None:
         lines = []
         for name in intrinsics.names():
             spec = intrinsics[name]
             fields = " ".join(f"{k}={_identity(v)}" for k, v in vars(spec).items())
-            lines.append(f"{fields} = {_identity(intrinsics.implementation(name, namespaces))}")
+            lines.append(f"{fields} = {_identity(implementation(name))}")
         found = _INTRINSIC_IDS[cache_key] = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     return found
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from ..ir.abi import AbiParam
 from ..ir.enums import ExtensibleEnum
+from ..ir.intrinsics import Spelling, check_spellings, implementation_of
 from ..ir.nodes import Program
 from ..ir.passes import pipeline_for
 from ..ir.target import Capabilities as Capabilities  # re-exported: part of the contract
@@ -248,6 +249,12 @@ class Compiler(ABC):
     def compile(self, program: Program, device: Device,
                 options: KernelOptions) -> CompiledKernel: ...
 
+    def intrinsic_implementation(self, name: str) -> Spelling:
+        """How the generated code spells intrinsic `name` (a C-family compiler: its
+        emitter's spelling), None where the compiler does not say (default): then its
+        backend's own lookup decides (`Backend.intrinsic_implementation`)."""
+        return None
+
 
 class Launchable(Protocol):
     """A kernel bound to a device, ready to run: what a `Loader` (JIT) or a `CustomBackend`
@@ -370,8 +377,12 @@ class Backend(ABC):
     execution_model: ClassVar[ExecutionModel]
     allocator: Allocator
     queue: Queue
+    spellings: ClassVar[Mapping[str, Spelling]] = {}
+    """The backend's own implementations of intrinsics, a direct backend's callables (the
+    interp's); a JIT backend's come from its compiler (`Compiler.intrinsic_implementation`)."""
     intrinsic_namespaces: ClassVar[tuple[str, ...]] = ()
-    """Where this backend's intrinsic implementations live in the registry, most specific first."""
+    """Where implementations that extensions register (`kiln.backend.intrinsics.implement`)
+    are found for this backend, most specific first."""
     supports_recursion: ClassVar[bool] = False
     """Whether device functions may call themselves (directly or through others) natively;
     where not, the shared pipeline inlines recursion to the depth the user sets."""
@@ -380,10 +391,21 @@ class Backend(ABC):
     with `debug=True` gets the shared bounds-check pass (`kiln.ir.passes.bounds`), which
     needs only `atomic_cas` on i32 and the index intrinsics: a new backend gets it free."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        check_spellings(cls)
+
     def availability(self) -> Availability:
         """Whether the backend can run here, and if not why. Must not raise. Default:
         available (a backend that needs nothing outside Python)."""
         return Availability(True)
+
+    def intrinsic_implementation(self, name: str) -> Spelling:
+        """What this backend runs for intrinsic `name`, None if nothing (the pipeline then
+        lowers a registered operation, or refuses the kernel): by default its class's
+        `spellings` and what extensions registered under `intrinsic_namespaces`
+        (`kiln.ir.intrinsics.implementation_of` gives the order)."""
+        return implementation_of(type(self), name, "intrinsic_namespaces")
 
     @abstractmethod
     def device_handles(self) -> Sequence[tuple[Any, Capabilities]]:
@@ -414,6 +436,11 @@ class JITBackend(Backend):
     execution_model = ExecutionModel.JIT
     compiler: Compiler
     loader: Loader
+
+    def intrinsic_implementation(self, name: str) -> Spelling:
+        """The compiler's spelling of intrinsic `name`, else the backend's own lookup."""
+        spelled = self.compiler.intrinsic_implementation(name)
+        return spelled if spelled is not None else super().intrinsic_implementation(name)
 
 
 class DirectBackend(Backend):

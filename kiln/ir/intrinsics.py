@@ -2,16 +2,20 @@
 
 Each standard intrinsic is registered once with its typing rule, its variance (how its
 value varies across threads), whether it is convergent (must be reached by a whole block)
-and whether it has side effects. Backends add implementations under a namespace: a JIT
-backend a spelling (a format template over the argument sources, or a callable), a DIRECT
-backend a callable. Namespaces chain, so C-family backends share the `"c"` spellings and
-override only what differs. The frontend types calls through this registry; emitters spell
-them through it; the interpreter executes them through it.
+and whether it has side effects. The frontend types calls through this registry.
+
+Implementations are class data: an emitter class (`kiln.codegen.CEmitter` and its
+dialects) declares its spellings (a format template over the argument sources, or a
+callable), a direct backend class its callables, in `spellings`; `implementation_of`
+merges them along the class's MRO, so C-family dialects share `CEmitter`'s and override
+only what differs. The registry itself holds only what extensions add
+(`IntrinsicRegistry.implement`, under a namespace): it is found for every class whose
+namespace chain names that namespace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -52,6 +56,13 @@ class IntrinsicTypeError(Exception):
 
 Typing = Callable[[Sequence[Type]], tuple[list[Type], Type]]
 """Given argument types, return (types to convert the arguments to, result type)."""
+Spelling = Any
+"""An implementation of an intrinsic: for a C-family emitter a format string over the
+argument sources or a callable `(emitter, call, args) -> str`; for a direct backend a
+callable (the interp's calling conventions: `kiln.builtin_backends.interp.intrinsics`)."""
+Lookup = Callable[[str], Spelling]
+"""An intrinsic's name -> its implementation on one emitter or backend, None where it has
+none (`CEmitter.implementation`, `Backend.intrinsic_implementation`)."""
 Lowering = Callable[[list[Any], Type], Any]
 """An IR operation's lowering: (argument expressions, result type) -> an `ir.Expr` built from
 existing nodes (`kiln.ir.passes.operations`)."""
@@ -95,34 +106,68 @@ class IntrinsicRegistry:
     def names(self, category: str | None = None) -> list[str]:
         return [n for n, s in self._specs.items() if category in (None, s.category)]
 
-    def implement(self, namespace: str, impls: dict[str, Any]) -> None:
-        """Register implementations of intrinsics for a backend or backend family."""
+    def implement(self, namespace: str, impls: Mapping[str, Spelling]) -> None:
+        """Add implementations of intrinsics under a namespace: the extension point, for
+        intrinsics and backends kiln does not know (kiln's own are class data)."""
         for name, impl in impls.items():
             if name not in self._specs:
                 raise KeyError(f"unknown intrinsic {name!r}")
             self._impls[(namespace, name)] = impl
         self.revision += 1
 
-    def implementation(self, name: str, namespaces: Iterable[str]) -> Any:
-        """The first implementation found along the namespace chain, or None."""
+    def registered(self, name: str, namespaces: Iterable[str]) -> Spelling:
+        """The first implementation `implement` added along the namespace chain, or None."""
         for ns in namespaces:
             impl = self._impls.get((ns, name))
             if impl is not None:
                 return impl
         return None
 
-    def missing(self, namespaces: Sequence[str]) -> list[str]:
-        """Standard intrinsics with no implementation along the chain (vector and matrix
+    def missing(self, implementation: Lookup) -> list[str]:
+        """Standard intrinsics `implementation` has nothing for (vector and matrix
         intrinsics are lowered before any backend sees them; the native matrix forms exist
         only on backends with matrix units; those plugins register, categories "plugin" and
         "operation", are not standard)."""
         return [n for n, s in self._specs.items()
                 if s.category not in (*LOWERED_CATEGORIES, "plugin", "operation")
-                and self.implementation(n, namespaces) is None]
+                and implementation(n) is None]
 
 
 LOWERED_CATEGORIES = ("vector", "matrix", "matrix_native")
 intrinsics = IntrinsicRegistry()
+
+
+def check_spellings(owner: type) -> None:
+    """Refuse a class whose own `spellings` name an intrinsic the registry does not know (a
+    misspelt name would never be looked up), as `implement` does."""
+    unknown = [name for name in vars(owner).get("spellings", {}) if name not in intrinsics]
+    if unknown:
+        raise KeyError(f"{owner.__qualname__}.spellings: unknown intrinsic(s) "
+                       f"{', '.join(map(repr, unknown))}")
+
+
+def implementation_of(owner: type, name: str, chain: str) -> Spelling:
+    """The implementation of intrinsic `name` for class `owner`, whose attribute `chain`
+    names its namespaces, most specific first (an emitter's `namespaces`, a backend's
+    `intrinsic_namespaces`). Its own: the `spellings` of the first class along its MRO that
+    has one for `name`, which belong to that class's first namespace. The chain is walked
+    in order; at each namespace, an implementation registered there (`implement`) comes
+    before the class spellings belonging to it: an extension overrides kiln's spelling at
+    its namespace and the less specific ones, not a more specific dialect's own."""
+    own, at = None, None
+    for klass in owner.__mro__:
+        table = vars(klass).get("spellings")
+        if table is not None and name in table:
+            declared = getattr(klass, chain, ())
+            own, at = table[name], declared[0] if declared else None
+            break
+    for ns in getattr(owner, chain):
+        impl = intrinsics.registered(name, (ns,))
+        if impl is not None:
+            return impl
+        if ns == at:
+            break
+    return own
 
 # ---------------------------------------------------------------- typing rules
 

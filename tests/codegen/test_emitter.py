@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -18,16 +19,15 @@ from kiln.ir.passes import lower_thread_loops
 from kiln.ir.types import u32
 from tests.helpers import marked_line
 
-intrinsics.implement("gpu_test", {
-    **{f"{b}_{a}": f"{b}.{a}" for b in INDEX_BASES for a in "xyz"},
-    "barrier": "sync_block()",
-    "atomic_add": "atomicAdd({0}, {1})",
-})
-
 
 class GpuDialect(CEmitter):
     """A GPU-style dialect written the way backends write theirs: data, no walker code."""
 
+    spellings = {
+        **{f"{b}_{a}": f"{b}.{a}" for b in INDEX_BASES for a in "xyz"},
+        "barrier": "sync_block()",
+        "atomic_add": "atomicAdd({0}, {1})",
+    }
     namespaces = ("gpu_test", "c")
     kernel_qualifier = "__kernel__"
     space_qualifiers = {kiln.backend.MemorySpace.SHARED: "__shared_mem__"}
@@ -128,11 +128,10 @@ def test_shared_arrays_use_constant_strides() -> None:
 
 
 def test_compiler_errors_point_at_the_users_line() -> None:
-    intrinsics.implement("broken_test", {"sqrt": "sqrtf({0}"})  # a dialect bug: unbalanced
     from kiln.builtin_backends.cpu.toolchain import compile_command, toolchain
 
     class Broken(CpuEmitter):
-        namespaces = ("broken_test", *CpuEmitter.namespaces)
+        spellings = {"sqrt": "sqrtf({0}"}  # a dialect bug: unbalanced
 
     try:
         env = toolchain().env.with_flags("-Dkiln_block_dim_x=1", "-Dkiln_block_dim_y=1",
@@ -172,3 +171,70 @@ def test_a_source_map_locates_a_non_c_targets_errors() -> None:
     assert error.loc == here and "python compiler output" in str(error)
     unmapped = lines.error("bad", 1, source)
     assert unmapped.loc is None and "line 1: def k(a):" in str(unmapped)
+
+
+class OrderBase(CEmitter):
+    spellings = {"sqrt": "base_sqrt({0})", "exp": "base_exp({0})"}
+    namespaces = ("order_base_test", "c")
+
+
+class OrderDerived(OrderBase):
+    spellings = {"sqrt": "derived_sqrt({0})"}
+    namespaces = ("order_derived_test", *OrderBase.namespaces)
+
+
+def test_spellings_merge_along_the_mro() -> None:
+    assert OrderDerived.implementation("sqrt") == "derived_sqrt({0})"
+    assert OrderDerived.implementation("exp") == "base_exp({0})"
+    assert OrderDerived.implementation("tan") == CEmitter.implementation("tan") == "tan{f}({0})"
+    assert OrderDerived.implementation("thread_idx_x") is None  # C spells math only
+
+
+def test_a_registered_implementation_wins_where_its_namespace_comes_first() -> None:
+    """At each namespace of the chain, what an extension registers there comes before the
+    class spellings belonging to it: it overrides the base's own and those of less specific
+    classes, and yields to a more specific class's own, as when every spelling was
+    registered under its namespace."""
+    intrinsics.implement("order_base_test", {"sqrt": "ext_sqrt({0})", "exp": "ext_exp({0})",
+                                             "log": "ext_log({0})"})
+    assert OrderDerived.implementation("sqrt") == "derived_sqrt({0})"
+    assert OrderDerived.implementation("exp") == "ext_exp({0})"
+    assert OrderDerived.implementation("log") == "ext_log({0})"  # over CEmitter's
+    assert OrderBase.implementation("sqrt") == "ext_sqrt({0})"
+    assert CEmitter.implementation("log") == "log{f}({0})"  # not in its chain
+    intrinsics.implement("order_derived_test", {"sqrt": "mine({0})"})
+    assert OrderDerived.implementation("sqrt") == "mine({0})"
+
+
+def test_a_misspelt_spelling_is_refused_with_the_class() -> None:
+    with pytest.raises(KeyError, match=r"Typo.spellings: unknown intrinsic\(s\) 'sqrtt'"):
+        class Typo(CEmitter):
+            spellings = {"sqrtt": "sqrt({0})"}
+    with pytest.raises(KeyError, match="TypoBackend.spellings: unknown intrinsic"):
+        class TypoBackend(kiln.backend.DirectBackend):
+            spellings = {"exq": abs}
+
+
+def test_no_builtin_module_registers_implementations() -> None:
+    """kiln's spellings are class data: importing every backend registers nothing (an
+    import left out cannot lose a spelling)."""
+    code = """
+import kiln
+from kiln.builtin_backends.cpu import CpuEmitter
+from kiln.builtin_backends.cuda.dialect import CudaEmitter
+from kiln.builtin_backends.interp import backend as interp
+from kiln.builtin_backends.opencl.dialect import OpenCLEmitter
+from kiln.ir.intrinsics import intrinsics
+
+chains = {interp.intrinsic_namespaces, CpuEmitter.namespaces, CudaEmitter.namespaces,
+          OpenCLEmitter.namespaces}
+found = [(name, chain) for name in intrinsics.names() for chain in chains
+         if intrinsics.registered(name, chain) is not None]
+assert found == [], found
+for cls in (CpuEmitter, CudaEmitter, OpenCLEmitter):
+    assert set(intrinsics.missing(cls.implementation)) <= set(intrinsics.names("warp")), cls
+assert intrinsics.missing(interp.intrinsic_implementation) == []
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -276,3 +276,32 @@ def test_kiln_backends_stays_the_function_once_backends_are_imported() -> None:
     assert "interp" in [entry.name for entry in kiln.backends()]
     assert "backends" in kiln.__all__ and "JITBackend" not in kiln.__all__
     assert not callable(importlib.import_module("kiln.builtin_backends"))
+
+
+def test_a_backend_class_overrides_single_implementations() -> None:
+    """A direct backend's implementations are class data, merged along its MRO; one
+    registered under its namespaces comes first."""
+
+    def doubled(x: Any) -> Any:
+        return 2 * np.sqrt(x)
+
+    class Doubling(InterpBackend):
+        name = "doubling_test"
+        spellings = {"sqrt": doubled}
+        intrinsic_namespaces = ("doubling_test", *InterpBackend.intrinsic_namespaces)
+
+    backend = Doubling()
+    assert backend.intrinsic_implementation("sqrt") is doubled
+    assert backend.intrinsic_implementation("exp") is InterpBackend.spellings["exp"]
+    kiln.backend.intrinsics.implement("doubling_test", {"exp": np.exp2})
+    assert backend.intrinsic_implementation("exp") is np.exp2
+    assert InterpBackend().intrinsic_implementation("exp") is InterpBackend.spellings["exp"]
+
+
+def test_a_jit_backend_runs_what_its_compilers_emitter_spells() -> None:
+    from kiln.builtin_backends.cpu import CpuEmitter
+    from kiln.builtin_backends.cpu import backend as cpu
+
+    for name in kiln.backend.intrinsics.names():
+        assert cpu.intrinsic_implementation(name) is CpuEmitter.implementation(name), name
+    assert cpu.intrinsic_implementation("exp") is not None

@@ -12,6 +12,7 @@ import pytest
 
 import kiln
 from kiln import f32, i32
+from kiln.builtin_backends.interp import backend as interp
 from kiln.builtin_backends.interp.executor import ProgramCode
 from kiln.builtin_backends.interp.memory import ArrayRef
 from kiln.codegen import CEmitter
@@ -123,7 +124,7 @@ def test_emitter_and_interp_name_a_node_kind_they_cannot_handle() -> None:
     with pytest.raises(UnsupportedError, match="Plain cannot emit Twice"):
         Plain().emit(program)
     with pytest.raises(UnsupportedError, match="interp backend cannot run Twice expressions"):
-        ProgramCode(program, ("interp",))
+        ProgramCode(program, interp.intrinsic_implementation)
 
 
 class Plain(CEmitter):
@@ -136,5 +137,6 @@ def test_a_derived_statement_kind_runs_where_its_base_does() -> None:
     assert "sqrtf(2.0f);" in source
     add = ir.IntrinsicCall(f32, "atomic_add", [ir.Var(kiln.f32[:], "a"), c(0), ir.Const(f32, 1.0)])
     a = ArrayRef(np.zeros(1, np.float32), (1,), MemorySpace.GLOBAL)
-    ProgramCode(_program(Trace(add)), ("interp",)).run((2, 1, 1), (4, 1, 1), [a])
+    code = ProgramCode(_program(Trace(add)), interp.intrinsic_implementation)
+    code.run((2, 1, 1), (4, 1, 1), [a])
     assert a.flat[0] == 8.0  # every one of the 8 threads added 1

@@ -6,7 +6,6 @@ unavailable (with the reason) rather than failing the import.
 
 from ...aot.library import register_library_target
 from ...backend import register_backend
-from . import vmath  # noqa: F401 - registers the "cpu" intrinsic spellings
 from .backend import CpuBackend
 from .dialect import CpuEmitter
 from .library import CpuLibrary

@@ -13,10 +13,11 @@ from typing import ClassVar
 
 from ...codegen.helpers import HelperTemplate
 from ...codegen.threadloops import NUM_THREADS, ThreadLoopEmitter, thread_loop_prologue
-from .vmath import VMATH_HELPERS
+from .vmath import VMATH_HELPERS, VMATH_SPELLINGS
 
 
 class CpuEmitter(ThreadLoopEmitter):
+    spellings = VMATH_SPELLINGS
     namespaces: ClassVar[tuple[str, ...]] = ("cpu", "threads", "c")
     prologue = thread_loop_prologue(simd="omp simd")
     parallel_pragma = f"#pragma omp parallel num_threads({NUM_THREADS})"

@@ -20,7 +20,7 @@ from typing import Any
 
 from ...codegen.helpers import HelperTemplate
 from ...ir import nodes as ir
-from ...ir.intrinsics import intrinsics
+from ...ir.intrinsics import Spelling
 from ...ir.types import ScalarType, f16, f32
 
 EXP = """\
@@ -89,7 +89,7 @@ LOG = """\
 VMATH_HELPERS: dict[str, HelperTemplate] = {"exp": lambda t: EXP, "log": lambda t: LOG}
 
 
-def _spelling(name: str) -> Any:
+def _spelling(name: str) -> Spelling:
     """f32 (and f16, computed in f32) through the helper; f64 through libm."""
 
     def spell(emitter: Any, call: ir.IntrinsicCall, args: list[str]) -> str:
@@ -102,4 +102,4 @@ def _spelling(name: str) -> Any:
     return spell
 
 
-intrinsics.implement("cpu", {name: _spelling(name) for name in VMATH_HELPERS})
+VMATH_SPELLINGS: dict[str, Spelling] = {name: _spelling(name) for name in VMATH_HELPERS}

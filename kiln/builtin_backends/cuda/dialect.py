@@ -10,18 +10,17 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from ...codegen import c_intrinsics  # noqa: F401 - registers the "c" spellings
 from ...codegen.emitter import CEmitter
 from ...codegen.helpers import C_HELPERS, HelperTemplate
 from ...codegen.vectors import NativeVectors
 from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
-from ...ir.intrinsics import INDEX_BASES, intrinsics
+from ...ir.intrinsics import INDEX_BASES, Spelling, intrinsics
 from ...ir.types import ArrayType, ScalarType, Type, f16, f32, f64, i32, i64, u32, u64
 from ...ir.visit import walk
-from . import warps  # noqa: F401 - registers the warp operations' spellings
+from .matrix import MATRIX_SPELLINGS, uses_matrix_units
 from .matrix import PRELUDE as MATRIX_PRELUDE
-from .matrix import uses_matrix_units
+from .warps import WARP_SPELLINGS
 
 STATIC_SHARED_LIMIT = 48 * 1024
 DYNAMIC_SHARED = re.compile(r"// kiln dynamic shared: (\d+) bytes")
@@ -69,10 +68,55 @@ def _cas_float(op: str) -> HelperTemplate:
     return lambda t: _CAS_FLOAT % {"op": op}
 
 
+# ---------------------------------------------------------------- intrinsic spellings
+
+_CUDA_INDEX = {"thread_idx": "threadIdx", "block_idx": "blockIdx", "block_dim": "blockDim",
+               "grid_dim": "gridDim"}
+_WIDE = {i64: "unsigned long long", u64: "unsigned long long"}
+_NATIVE = {"atomic_add": "atomicAdd", "atomic_sub": "atomicSub", "atomic_min": "atomicMin",
+           "atomic_max": "atomicMax", "atomic_and": "atomicAnd", "atomic_or": "atomicOr",
+           "atomic_xor": "atomicXor", "atomic_exch": "atomicExch", "atomic_cas": "atomicCAS"}
+
+
+def _atomic(name: str) -> Any:
+    """An atomic's spelling; 64-bit integers go through CUDA's unsigned long long overloads
+    (two's complement makes add, sub, bitwise, exch and cas agree)."""
+
+    def spell(emitter: CEmitter, call: ir.IntrinsicCall, args: list[str]) -> str:
+        elem = call.type
+        assert isinstance(elem, ScalarType)
+        ctype = emitter.ctype(elem)
+        if elem.is_float and name in ("atomic_min", "atomic_max"):
+            return f"{emitter.use_helper(name, elem)}({', '.join(args)})"
+        fn, values = _NATIVE[name], args[1:]
+        if name == "atomic_sub" and elem.bits == 64:
+            fn, values = "atomicAdd", [f"0 - ({v})" for v in values]
+        if elem in _WIDE and name not in ("atomic_min", "atomic_max"):
+            wide = _WIDE[elem]
+            cast = ", ".join(f"({wide})({v})" for v in values)
+            return f"({ctype}){fn}(({wide} *){args[0]}, {cast})"
+        return f"{fn}({args[0]}, {', '.join(values)})"
+
+    return spell
+
+
+CUDA_IMPLS: dict[str, Spelling] = {
+    f"{base}_{axis}": f"(int32_t){_CUDA_INDEX[base]}.{axis}"
+    for base in INDEX_BASES for axis in "xyz"
+}
+CUDA_IMPLS.update({
+    "barrier": "__syncthreads()",
+    "mem_fence": "__threadfence()",
+    "rsqrt": "rsqrt{f}({0})",
+})
+CUDA_IMPLS.update({name: _atomic(name) for name in intrinsics.names("atomic")})
+
+
 class CudaEmitter(NativeVectors, CEmitter):
     """CUDA C++ for NVRTC: `extern "C" __global__` kernels, `__shared__`, `__syncthreads`,
     whole vectors in memory moved as `float4`, `double2`, ... (`kiln.codegen.vectors`)."""
 
+    spellings = {**CUDA_IMPLS, **WARP_SPELLINGS, **MATRIX_SPELLINGS}
     namespaces = ("cuda", "c")
     native_language = "cuda"
     unroll_pragma = "#pragma unroll {n}"
@@ -130,49 +174,3 @@ def _uses_half(program: ir.Program) -> bool:
         if any(isinstance(n, ir.Expr) and has(n.type) for n in walk(func.body)):
             return True
     return False
-
-
-# ---------------------------------------------------------------- intrinsic spellings
-
-_CUDA_INDEX = {"thread_idx": "threadIdx", "block_idx": "blockIdx", "block_dim": "blockDim",
-               "grid_dim": "gridDim"}
-_WIDE = {i64: "unsigned long long", u64: "unsigned long long"}
-_NATIVE = {"atomic_add": "atomicAdd", "atomic_sub": "atomicSub", "atomic_min": "atomicMin",
-           "atomic_max": "atomicMax", "atomic_and": "atomicAnd", "atomic_or": "atomicOr",
-           "atomic_xor": "atomicXor", "atomic_exch": "atomicExch", "atomic_cas": "atomicCAS"}
-
-
-def _atomic(name: str) -> Any:
-    """An atomic's spelling; 64-bit integers go through CUDA's unsigned long long overloads
-    (two's complement makes add, sub, bitwise, exch and cas agree)."""
-
-    def spell(emitter: CudaEmitter, call: ir.IntrinsicCall, args: list[str]) -> str:
-        elem = call.type
-        assert isinstance(elem, ScalarType)
-        ctype = emitter.ctype(elem)
-        if elem.is_float and name in ("atomic_min", "atomic_max"):
-            return f"{emitter.use_helper(name, elem)}({', '.join(args)})"
-        fn, values = _NATIVE[name], args[1:]
-        if name == "atomic_sub" and elem.bits == 64:
-            fn, values = "atomicAdd", [f"0 - ({v})" for v in values]
-        if elem in _WIDE and name not in ("atomic_min", "atomic_max"):
-            wide = _WIDE[elem]
-            cast = ", ".join(f"({wide})({v})" for v in values)
-            return f"({ctype}){fn}(({wide} *){args[0]}, {cast})"
-        return f"{fn}({args[0]}, {', '.join(values)})"
-
-    return spell
-
-
-CUDA_IMPLS: dict[str, Any] = {
-    f"{base}_{axis}": f"(int32_t){_CUDA_INDEX[base]}.{axis}"
-    for base in INDEX_BASES for axis in "xyz"
-}
-CUDA_IMPLS.update({
-    "barrier": "__syncthreads()",
-    "mem_fence": "__threadfence()",
-    "rsqrt": "rsqrt{f}({0})",
-})
-CUDA_IMPLS.update({name: _atomic(name) for name in intrinsics.names("atomic")})
-
-intrinsics.implement("cuda", CUDA_IMPLS)

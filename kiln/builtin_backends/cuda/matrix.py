@@ -16,7 +16,7 @@ from typing import Any
 
 from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
-from ...ir.intrinsics import intrinsics
+from ...ir.intrinsics import Spelling
 from ...ir.types import ArrayType
 from ...ir.visit import walk
 
@@ -156,7 +156,7 @@ def _wait(emitter: Any, call: ir.IntrinsicCall, args: list[str]) -> str:
     return f"kiln_cp_async_wait<{int(pending.value)}>()"
 
 
-intrinsics.implement("cuda", {
+MATRIX_SPELLINGS: dict[str, Spelling] = {
     "native_load_a": _load("a"),
     "native_load_b": _load("b"),
     "native_mma": _mma,
@@ -164,4 +164,4 @@ intrinsics.implement("cuda", {
     "native_copy_async_commit": "kiln_cp_async_commit()",
     "native_copy_async_wait": _wait,
     "native_tf32": "__uint_as_float(kiln_tf32({0}))",
-})
+}

@@ -7,12 +7,12 @@ convergence check already rejects warp operations under thread-dependent control
 
 from __future__ import annotations
 
-from ...ir.intrinsics import intrinsics
+from ...ir.intrinsics import Spelling
 
 FULL_MASK = "0xffffffffu"
 LINEAR_THREAD = "(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))"
 
-CUDA_WARPS = {
+WARP_SPELLINGS: dict[str, Spelling] = {
     "warp_size": "warpSize",
     "lane_id": f"(int32_t)({LINEAR_THREAD} & (warpSize - 1))",
     "shuffle": f"__shfl_sync({FULL_MASK}, {{0}}, {{1}})",
@@ -23,5 +23,3 @@ CUDA_WARPS = {
     "vote_any": f"(__any_sync({FULL_MASK}, {{0}}) != 0)",
     "ballot": f"(uint64_t)__ballot_sync({FULL_MASK}, {{0}})",
 }
-
-intrinsics.implement("cuda", CUDA_WARPS)

@@ -17,8 +17,8 @@ from ...backend import (
 from ...ir.intrinsics import atomic_capabilities
 from ...ir.nodes import Program
 from ...runtime.host import HostAllocator, HostQueue, HostStream, host_memory_bytes
-from . import intrinsics as _intrinsics  # noqa: F401 - registers the implementations
 from .executor import ProgramCode
+from .intrinsics import IMPLEMENTATIONS
 from .warps import WARP_SIZE
 
 
@@ -27,6 +27,7 @@ class InterpBackend(DirectBackend):
 
     name = "interp"
     priority = 10
+    spellings = IMPLEMENTATIONS
     intrinsic_namespaces = ("interp",)
     supports_recursion = True  # calls are Python calls (max_depth is checked)
     checks_bounds = True  # every access, always (kiln.builtin_backends.interp.bounds)
@@ -63,7 +64,7 @@ class InterpBackend(DirectBackend):
         """The program compiled to closures (once per program)."""
         code = self._code.get(program)
         if code is None:
-            code = self._code[program] = ProgramCode(program, self.intrinsic_namespaces)
+            code = self._code[program] = ProgramCode(program, self.intrinsic_implementation)
         return code
 
     def execute(self, program: Program, grid: Dim3, block: Dim3, args: Sequence[Any],

@@ -18,7 +18,7 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...ir import nodes as ir
 from ...ir.enums import MemorySpace
-from ...ir.intrinsics import intrinsics
+from ...ir.intrinsics import Lookup, intrinsics
 from ...ir.types import ArrayType, ScalarType, Type
 from ...ir.visit import Visitor, walk
 from . import ops
@@ -533,7 +533,7 @@ class FunctionCode(Visitor[Any]):
         return ev
 
     def _implementation(self, e: ir.IntrinsicCall) -> Any:
-        impl = intrinsics.implementation(e.name, self.program.namespaces)
+        impl = self.program.implementation(e.name)
         if impl is None:
             raise UnsupportedError(f"intrinsic {e.name} has no implementation for the interp "
                                    "backend", e.loc)
@@ -574,9 +574,9 @@ class FunctionCode(Visitor[Any]):
 class ProgramCode:
     """A whole program (kernel and device functions) compiled for the interpreter."""
 
-    def __init__(self, program: ir.Program, namespaces: tuple[str, ...]) -> None:
+    def __init__(self, program: ir.Program, implementation: Lookup) -> None:
         self.program = program
-        self.namespaces = namespaces
+        self.implementation = implementation
         self.guards = recursion_guards(program)
         self.functions: dict[str, FunctionCode] = {}
         for fn in program.functions:

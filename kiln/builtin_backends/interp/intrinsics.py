@@ -1,4 +1,4 @@
-"""The interp implementations of the standard intrinsics, registered under namespace "interp".
+"""The interp implementations of the standard intrinsics: `InterpBackend.spellings`.
 
 Calling conventions (by the intrinsic's category), which the executor follows:
 - "index" and "sync": `impl(chunk)`, with the `Chunk` being run;
@@ -15,13 +15,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from ...ir.intrinsics import intrinsics
+from ...ir.intrinsics import Spelling
 from .atomics import ATOMICS
 from .geometry import BX, BY, BZ, TX, TY, TZ, Chunk
 from .values import Affine, Value
 from .warps import WARPS
-
-NAMESPACE = "interp"
 
 
 def _index(base: str, axis: int) -> object:
@@ -115,7 +113,7 @@ MATH = {
     "isinf": np.isinf, "copysign": np.copysign,
 }
 
-intrinsics.implement(NAMESPACE, {
+IMPLEMENTATIONS: dict[str, Spelling] = {
     **{f"{base}_{axis}": _index(base, i)
        for base in ("thread_idx", "block_idx", "block_dim", "grid_dim")
        for i, axis in enumerate("xyz")},
@@ -124,4 +122,4 @@ intrinsics.implement(NAMESPACE, {
     **ATOMICS,
     **MATH,
     **WARPS,
-})
+}

@@ -19,7 +19,7 @@ from ...codegen.vectors import NativeVectors
 from ...ir import nodes as ir
 from ...ir.barriers import barrier_functions, global_barriers, is_barrier
 from ...ir.enums import MemorySpace
-from ...ir.intrinsics import ATOMIC_TYPES, intrinsics
+from ...ir.intrinsics import ATOMIC_TYPES, Spelling, intrinsics
 from ...ir.types import (
     ArrayType,
     ScalarType,
@@ -39,7 +39,7 @@ from ...ir.types import (
     u64,
 )
 from ...ir.visit import walk
-from .warps import SUBGROUP_EXTENSIONS
+from .warps import SUBGROUP_EXTENSIONS, WARP_SPELLINGS
 
 NAMESPACE = "opencl"
 
@@ -121,7 +121,7 @@ def _atomic(name: str) -> Callable[[CEmitter, ir.IntrinsicCall, list[str]], str]
     return spell
 
 
-SPELLINGS: dict[str, object] = {
+SPELLINGS: dict[str, Spelling] = {
     f"{base}_{axis}": f"(int){function}({n})"
     for base, function in INDEX_FUNCTIONS.items() for n, axis in enumerate("xyz")
 }
@@ -140,8 +140,8 @@ SPELLINGS.update({
     "mem_fence": f"mem_fence({BOTH_FENCES})",
     "rsqrt": "rsqrt({0})",
     **{name: _atomic(name) for name in ATOMIC_TYPES},
+    **WARP_SPELLINGS,
 })
-intrinsics.implement(NAMESPACE, SPELLINGS)
 
 
 CONTRACT_MACRO = "KILN_FP_CONTRACT"
@@ -151,6 +151,7 @@ class OpenCLEmitter(NativeVectors, CEmitter):
     """OpenCL C 1.2; whole vectors in memory move as `float4`, `double2`, ...
     (`kiln.codegen.vectors`)."""
 
+    spellings = SPELLINGS
     namespaces = (NAMESPACE, "c")
     native_language = "opencl"
     unroll_pragma = "#pragma unroll {n}"

@@ -9,7 +9,7 @@ work-item's own value, as on CUDA, by shuffling from the work-item itself.
 
 from __future__ import annotations
 
-from ...ir.intrinsics import intrinsics
+from ...ir.intrinsics import Spelling
 
 SUBGROUP_EXTENSIONS = ("cl_khr_subgroups", "cl_khr_subgroup_shuffle", "cl_khr_subgroup_ballot")
 
@@ -23,7 +23,7 @@ def _relative(op: str) -> str:
     return f"sub_group_shuffle({{0}}, {source} < {SIZE} ? {source} : {LANE})"
 
 
-OPENCL_WARPS = {
+WARP_SPELLINGS: dict[str, Spelling] = {
     "warp_size": f"(int){SIZE}",
     "lane_id": f"(int){LANE}",
     "shuffle": f"sub_group_shuffle({{0}}, (uint)({{1}}) % {SIZE})",
@@ -33,5 +33,3 @@ OPENCL_WARPS = {
     "vote_any": "(sub_group_any({0}) != 0)",
     "ballot": "as_ulong(sub_group_ballot({0}).xy)",
 }
-
-intrinsics.implement("opencl", OPENCL_WARPS)

@@ -61,6 +61,9 @@ class SerialBackend(CustomBackend):
     intrinsic_namespaces = cpu.intrinsic_namespaces  # it renders the cpu dialect
     supports_recursion = True
 
+    def intrinsic_implementation(self, name: str) -> Any:
+        return cpu.intrinsic_implementation(name)
+
     def __init__(self) -> None:
         self.allocator, self.queue = HostAllocator(), HostQueue()
         self.binaries = CompileCache("serial", ".so")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, overload
 
+from ..intrinsics import Spelling
 from ..nodes import Program
 from ..target import Capabilities
 from .aggregates import lower_aggregates
@@ -127,6 +128,8 @@ class BackendTraits(Protocol):
     @property
     def intrinsic_namespaces(self) -> tuple[str, ...]: ...
 
+    def intrinsic_implementation(self, name: str) -> Spelling: ...
+
 
 class PipelineTarget(Protocol):
     """What `pipeline_for` reads from a device (a `kiln.Device`): the passes know devices
@@ -150,7 +153,7 @@ def pipeline_for(device: PipelineTarget | None, *, inline: bool = False,
     inlined to the depth the user gives (`bound_recursion`). Matrix operations come first:
     native where the device has `matrix_units`, scalar code elsewhere. Without a device
     (code generated for another machine), `backend` gives what depends on the backend
-    alone: operations lowered along its namespaces, recursion bounding, the check that
+    alone: operations it does not implement lowered, recursion bounding, the check that
     each intrinsic has an implementation; and `single_lane_warps` says its warps have one
     thread on every device (threads run as loops). `then` (the backend's `codegen_passes`)
     run before that check, so that what they remove (`barrier`, under `lower_thread_loops`)
@@ -159,7 +162,7 @@ def pipeline_for(device: PipelineTarget | None, *, inline: bool = False,
     shared = default_pipeline().replace("matrix", lower_matrix_ops(matrix_units))
     stages = list(shared.stages[:3])
     if traits is not None:
-        stages.append(("operations", lower_operations(traits.intrinsic_namespaces)))
+        stages.append(("operations", lower_operations(traits.intrinsic_implementation)))
     if device is not None:
         stages.append(("features", device_feature_check(device.capabilities)))
         single_lane_warps = device.capabilities.warp_size == 1
@@ -174,5 +177,6 @@ def pipeline_for(device: PipelineTarget | None, *, inline: bool = False,
     stages += [(f"codegen:{getattr(p, '__name__', k)}", p) for k, p in enumerate(then)]
     if traits is not None:
         stages.append(("implementations",
-                       check_implementations(traits.name, traits.intrinsic_namespaces)))
+                       check_implementations(traits.name, traits.intrinsic_implementation,
+                                             traits.intrinsic_namespaces)))
     return Pipeline(tuple(stages))

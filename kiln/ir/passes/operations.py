@@ -2,7 +2,7 @@
 
 An operation a plugin registers (`kiln.backend.register_operation`) is an `IntrinsicCall` with a
 *lowering* to existing IR: `lower_operations` expands it for backends that have no native
-implementation of it along their intrinsic namespaces; a backend that implements it (a
+implementation of it (`Backend.intrinsic_implementation`); a backend that implements it (a
 spelling, a callable) receives the call as is. `check_implementations` ends every
 pipeline: a call left that the backend cannot run is a kernel error at the call, never a
 failure inside code generation.
@@ -15,22 +15,23 @@ from typing import Any
 
 from ...errors import UnsupportedError
 from .. import nodes as ir
-from ..intrinsics import intrinsics
+from ..intrinsics import Lookup, intrinsics
 from ..visit import Transformer, walk
 from .common import all_functions, clone, clone_program, has_side_effects
 
 Pass = Callable[[ir.Program], ir.Program]
 
 
-def lower_operations(namespaces: Sequence[str]) -> Pass:
-    """A pass expanding registered operations without an implementation along `namespaces`."""
+def lower_operations(implementation: Lookup) -> Pass:
+    """A pass expanding registered operations that `implementation` (a backend's
+    `intrinsic_implementation`) has nothing for."""
 
     def lower_registered_operations(program: ir.Program) -> ir.Program:
-        if not any(_lowerable(n, namespaces) for f in all_functions(program)
+        if not any(_lowerable(n, implementation) for f in all_functions(program)
                    for n in walk(f.body)):
             return program
         program = clone_program(program)
-        expand = _Expand(namespaces)
+        expand = _Expand(implementation)
         for func in all_functions(program):
             func.body = expand.transform_body(func.body)
         return program
@@ -38,18 +39,18 @@ def lower_operations(namespaces: Sequence[str]) -> Pass:
     return lower_registered_operations
 
 
-def _lowerable(node: object, namespaces: Sequence[str]) -> bool:
+def _lowerable(node: object, implementation: Lookup) -> bool:
     return (isinstance(node, ir.IntrinsicCall) and node.name in intrinsics
             and intrinsics[node.name].lowering is not None
-            and intrinsics.implementation(node.name, namespaces) is None)
+            and implementation(node.name) is None)
 
 
 class _Expand(Transformer):
-    def __init__(self, namespaces: Sequence[str]) -> None:
-        self.namespaces = namespaces
+    def __init__(self, implementation: Lookup) -> None:
+        self.implementation = implementation
 
     def visit_IntrinsicCall(self, call: ir.IntrinsicCall) -> ir.Expr:
-        if not _lowerable(call, self.namespaces):
+        if not _lowerable(call, self.implementation):
             return call
         lowering = intrinsics[call.name].lowering
         assert lowering is not None
@@ -85,18 +86,21 @@ def _unshare(expr: ir.Expr, args: set[int]) -> ir.Expr:
     return Copy().transform(expr)
 
 
-def check_implementations(backend: str, namespaces: Sequence[str]) -> Pass:
-    """A pass raising UnsupportedError at the first intrinsic call `backend` cannot run."""
+def check_implementations(backend: str, implementation: Lookup,
+                          namespaces: Sequence[str]) -> Pass:
+    """A pass raising UnsupportedError at the first intrinsic call `backend` cannot run
+    (`implementation`, its `intrinsic_implementation`, has nothing for it); the message
+    names the `namespaces` an extension may register an implementation under."""
 
     def check_intrinsic_implementations(program: ir.Program) -> ir.Program:
         for func in all_functions(program):
             for node in walk(func.body):
                 if isinstance(node, ir.IntrinsicCall) and node.name in intrinsics \
-                        and intrinsics.implementation(node.name, namespaces) is None:
+                        and implementation(node.name) is None:
                     raise UnsupportedError(
                         f"intrinsic {node.name} has no implementation for the {backend} "
-                        f"backend (implementations are registered per backend namespace: "
-                        f"{', '.join(namespaces) or 'none'})", node.loc or func.loc)
+                        f"backend (it spells none itself, and none is registered under its "
+                        f"namespaces: {', '.join(namespaces) or 'none'})", node.loc or func.loc)
         return program
 
     return check_intrinsic_implementations

@@ -19,7 +19,6 @@ from kiln.ir import nodes as ir
 from kiln.ir.visit import walk
 
 from .specialise import GLOBAL_PREFIX
-from .spellings import NAMESPACE
 
 ATOMIC_FUNCTIONS = {"atomic_add": "atomicAdd", "atomic_sub": "atomicSub",
                     "atomic_min": "atomicMin", "atomic_max": "atomicMax",
@@ -35,9 +34,9 @@ def _written_by_emitter(emitter: Any, call: ir.IntrinsicCall, args: list[str]) -
     return str(emitter.expr_IntrinsicCall(call).text)
 
 
-intrinsics.implement(NAMESPACE, dict.fromkeys(intrinsics.names("atomic"), _written_by_emitter))
-"""Declared in the "wgsl" namespace, so kiln's implementation check sees that this
-backend runs every atomic."""
+ATOMIC_SPELLINGS = dict.fromkeys(intrinsics.names("atomic"), _written_by_emitter)
+"""Spellings of every atomic, so kiln's implementation check sees that this backend runs
+them."""
 
 
 class AtomicArrays:

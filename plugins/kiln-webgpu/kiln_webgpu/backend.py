@@ -63,6 +63,9 @@ class WebGPUCompiler(Compiler):
     def generate_source(self, program: ir.Program) -> str:
         return WGSLEmitter().emit(program)
 
+    def intrinsic_implementation(self, name: str) -> Any:
+        return WGSLEmitter.implementation(name)
+
     def compile(self, program: ir.Program, device: Any,
                 options: KernelOptions) -> CompiledKernel:
         emitter = WGSLEmitter(exact=not (options.contract or options.fastmath))

@@ -27,10 +27,10 @@ from kiln.codegen import CEmitter, CExpr, NameTable
 from kiln.ir import nodes as ir
 from kiln.ir.types import Type, VoidType
 
-from .atomics import AtomicArrays, atomic_arrays
+from .atomics import ATOMIC_SPELLINGS, AtomicArrays, atomic_arrays
 from .layout import WGSL_WORDS, ParamLayout
 from .specialise import GLOBAL_PREFIX, global_name
-from .spellings import HELPER_DEPENDENCIES, HELPERS, NAMESPACE, WGSL_HELPERS
+from .spellings import HELPER_DEPENDENCIES, HELPERS, NAMESPACE, SPELLINGS, WGSL_HELPERS
 
 PRIMARY, UNARY = 16, 15
 
@@ -62,6 +62,7 @@ WRAPS_ALREADY = _WrapsAlready()
 class WGSLEmitter(AtomicArrays, CEmitter):
     """IR -> one WGSL module with one compute entry point."""
 
+    spellings = {**SPELLINGS, **ATOMIC_SPELLINGS}
     namespaces = (NAMESPACE,)
     native_language = "wgsl"
     unroll_pragma = "// unroll {n}"

@@ -1,4 +1,5 @@
-"""WGSL spellings of kiln's intrinsics (namespace "wgsl") and the helper functions they use.
+"""WGSL spellings of kiln's intrinsics (`WGSLEmitter.spellings`) and the helper functions
+they use.
 
 WGSL has most of C's math as overloaded built-ins; where its definition differs from
 NumPy's (`pow` of a negative base, `log10`, `erf`, `copysign`, integer `abs`/`min`/`max`
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kiln import ScalarType
-from kiln.backend import intrinsics
+from kiln.ir.intrinsics import Spelling
 
 NAMESPACE = "wgsl"
 
@@ -54,7 +55,7 @@ minimumNumber/maximumNumber, as on every backend (a NaN operand is ignored, -0.0
 
 SYNC = {"barrier": "workgroupBarrier()", "mem_fence": "storageBarrier()"}
 
-intrinsics.implement(NAMESPACE, {**INDEX, **MATH, **SYNC})
+SPELLINGS: dict[str, Spelling] = {**INDEX, **MATH, **SYNC}
 
 HELPERS = {
     "kiln_rounded": """fn kiln_rounded(x: f32) -> f32 {

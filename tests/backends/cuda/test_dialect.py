@@ -102,7 +102,7 @@ def test_backend_is_registered_above_cpu() -> None:
 
 def test_every_standard_intrinsic_has_a_cuda_spelling() -> None:
     spelled = ("index", "sync", "atomic", "math")  # vector operations are lowered by passes
-    missing = kiln.backend.intrinsics.missing(cuda.intrinsic_namespaces)
+    missing = kiln.backend.intrinsics.missing(cuda.intrinsic_implementation)
     assert [n for n in missing if kiln.backend.intrinsics[n].category in spelled] == []
 
 

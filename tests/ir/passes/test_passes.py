@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import kiln
 from kiln import f32, i32, i64
+from kiln.builtin_backends.interp import backend as interp
 from kiln.framework.backend import Capabilities, DeviceKind
 from kiln.ir import nodes as ir
 from kiln.ir.enums import MemorySpace
@@ -492,6 +494,9 @@ class FakeBackend:
     name = "fake"
     supports_recursion = True
     intrinsic_namespaces = ("interp",)
+
+    def intrinsic_implementation(self, name: str) -> Any:
+        return interp.intrinsic_implementation(name)  # it runs what the interp runs
 
 
 class FakeDevice:

@@ -5,6 +5,7 @@ them, the printer, device functions' index parameters and 64-bit index arithmeti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
@@ -206,6 +207,9 @@ class Traits:
     supports_recursion: bool
     intrinsic_namespaces: tuple[str, ...]
 
+    def intrinsic_implementation(self, name: str) -> Any:
+        return intrinsics.registered(name, self.intrinsic_namespaces)
+
 
 def test_the_implementation_check_runs_after_the_codegen_passes() -> None:
     """A thread-loop target need not spell `barrier`: `lower_thread_loops` removes it
@@ -213,7 +217,7 @@ def test_the_implementation_check_runs_after_the_codegen_passes() -> None:
     spellings = {k: v for k, v in THREAD_LOOP_IMPLS.items() if k != "barrier"}
     intrinsics.implement("test_loops_without_barrier", spellings)
     traits = Traits("loops", False, ("test_loops_without_barrier", "c"))
-    assert intrinsics.implementation("barrier", traits.intrinsic_namespaces) is None
+    assert traits.intrinsic_implementation("barrier") is None
     program = block_sum.program(block_sum._types(()))
     for run in pipeline_for(None, backend=traits, single_lane_warps=True,
                             then=(lower_thread_loops,)):
