@@ -21,7 +21,7 @@ import numpy as np
 
 from ..ir.types import ConstexprType, ScalarType, Type, i32
 from ..runtime.array import DeviceArray
-from ..runtime.device import Device
+from ..runtime.device import CAPTURES, Device
 from .state import LaunchState
 from .tablewatch import TableWatch
 
@@ -39,7 +39,10 @@ def plan_key(grid: Any, block: Any, device: Any, stream: Any) -> tuple[Any, ...]
 
 def try_plan(kernel: LaunchState, grid: Any, block: Any, device: Any, stream: Any,
              args: Sequence[Any]) -> bool:
-    """Run the launch through a remembered plan; False when none applies."""
+    """Run the launch through a remembered plan; False when none applies (or while a
+    capture records: the recording path sees every launch)."""
+    if CAPTURES[0]:
+        return False
     try:
         plan = kernel.launch_plans.get(plan_key(grid, block, device, stream))
     except TypeError:  # an unhashable grid or block (a list)

@@ -318,6 +318,23 @@ class GraphCapture(Protocol):
     def launch_graph(self, graph: Any, stream: Any) -> None: ...
 
 
+GraphLaunch = tuple[Launchable, Dim3, Dim3, Sequence[Any]]
+"""One recorded launch of a `kiln.capture` graph: the launchable, grid, block and the device
+arguments its `launch` takes."""
+
+
+@runtime_checkable
+class KernelGraphs(Protocol):
+    """`kiln.capture` replayed as native graphs: each run of recorded launches becomes one
+    graph (None: not one this backend can build), whose nodes can be set again."""
+
+    def build_graph(self, device: Device, launches: Sequence[GraphLaunch]) -> Any | None: ...
+
+    def update_graph(self, graph: Any, index: int, launch: GraphLaunch) -> None: ...
+
+    def replay_graph(self, graph: Any, stream: Any) -> None: ...
+
+
 @runtime_checkable
 class CudaArrayInterop(Protocol):
     """`DeviceArray.__cuda_array_interface__` for arrays of this backend."""
