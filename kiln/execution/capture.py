@@ -260,6 +260,15 @@ class Graph:
         return tuple(s for s in self._steps if isinstance(s, CapturedLaunch))
 
     @property
+    def native(self) -> bool:
+        """Whether replays run (some) launches as the backend's own graphs (CUDA graphs)."""
+        with self._lock:
+            self._check_ready("asking about")
+            if not self._units:
+                self._units = self._group()
+            return any(native is not None for _, native in self._units)
+
+    @property
     def params(self) -> dict[str, Any]:
         """The current value of each `kiln.Param` the launches took."""
         return dict(self._params)

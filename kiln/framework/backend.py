@@ -22,7 +22,7 @@ and, by execution model (each has a driver in `kiln.execution.drivers`):
 Every optional capability is a protocol below, checked with `supports(obj, Protocol)` (an
 `isinstance` remembered per class) by the part of kiln that uses it, never looked up by
 name: `ZeroCopy`, `SubBuffers` and `PeerCopy` (allocator), `FastLaunch` and `RunsProgram`
-(launchables), `Partitionable`, `RawKernels`, `GraphCapture`, `CudaArrayInterop`,
+(launchables), `Partitionable`, `RawKernels`, `KernelGraphs`, `CudaArrayInterop`,
 `DLPackInterop` (backend). Everything else without a default is required: `device_handles`,
 the allocator's four methods, the queue's streams, and the model's part (a compiler's
 `generate_source` and `compile` and a loader's `load`; `execute`; `load_kernel`).
@@ -305,17 +305,6 @@ class RawKernels(Protocol):
 
     def load_raw(self, code: str | bytes, name: str, device: Device,
                  options: KernelOptions) -> Launchable: ...
-
-
-@runtime_checkable
-class GraphCapture(Protocol):
-    """`kiln.graph()`: record the launches queued on a stream, replay them with one call."""
-
-    def begin_capture(self, stream: Any) -> None: ...
-
-    def end_capture(self, stream: Any) -> Any: ...
-
-    def launch_graph(self, graph: Any, stream: Any) -> None: ...
 
 
 GraphLaunch = tuple[Launchable, Dim3, Dim3, Sequence[Any]]
