@@ -407,3 +407,54 @@ def test_kiln_graph_is_kiln_capture(interp: kiln.Device) -> None:
         add_int[1, 4](x, 2, 4)
     g.launch()
     np.testing.assert_array_equal(x.numpy(), 2)
+
+
+@requires_backend("cpu", "the cpu backend is unavailable")
+def test_sharded_launches_are_refused_and_each_part_captures_in_its_thread() -> None:
+    parts = kiln.device("cpu").split(2)
+    xs = kiln.shard(np.zeros(8, np.float32), parts)
+
+    @kiln.kernel
+    def inc(x: f32[:], n: i32):
+        i = kiln.global_id(0)
+        if i < n:
+            x[i] = x[i] + 1
+
+    with pytest.raises(kiln.CaptureError, match="launch_sharded"), kiln.capture(parts[0]):
+        kiln.launch_sharded(inc, (xs, kiln.shard_rows))
+    graphs: dict[int, kiln.Graph] = {}
+
+    def record(k: int) -> None:
+        shard = xs.shards[k]
+        with kiln.capture(shard.device) as g:
+            kiln.launch(inc, dim=shard.rows, args=(shard.array, shard.rows))
+        graphs[k] = g
+
+    threads = [threading.Thread(target=record, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for _ in range(3):
+        for g in graphs.values():
+            g.replay()
+    np.testing.assert_array_equal(xs.gather(), 3)
+
+
+def test_autotuned_kernels_are_recorded_once_tuned(interp: kiln.Device) -> None:
+    @kiln.autotune(configs=[kiln.Config({"B": b}, block=b) for b in (4, 8)], key=["n"])
+    @kiln.kernel
+    def inc(x: i32[:], n: i32, B: kiln.constexpr):
+        i = kiln.global_id(0)
+        if i < n:
+            x[i] = x[i] + 1
+
+    x = kiln.zeros(16, i32, interp)
+    with pytest.raises(kiln.CaptureError, match="autotuning inc for n=16"), \
+            kiln.capture(interp):
+        kiln.launch(inc, 4, None, (x, 16))  # tuning times the candidates: it waits
+    kiln.launch(inc, 4, None, (x, 16))  # tuned now
+    with kiln.capture(interp) as g:
+        kiln.launch(inc, 4, None, (x, 16))
+    g.replay()
+    np.testing.assert_array_equal(x.numpy(), 2)
