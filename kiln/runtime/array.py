@@ -150,6 +150,9 @@ class DeviceArray:
     def copy_from_host(self, src: np.ndarray, stream: Stream | None = None) -> None:
         """Queue a copy of `src` (of this array's shape; its values are converted to this
         array's dtype, as NumPy assignment does) on `stream`, a stream of this device."""
+        found = recorder()
+        if found is not None and stream is None and found.stream.device is self.device:
+            stream = found.stream  # as a launch inside a capture: on the capture's stream
         stream = stream_on(self.device, stream, "copy_from_host")
         src = original = np.asarray(src)
         if src.shape != self.shape:
@@ -160,7 +163,6 @@ class DeviceArray:
         except (TypeError, ValueError) as exc:  # strings, objects: NumPy's raw message
             raise TypeError(f"cannot copy {src.dtype} values into a {self.dtype} device "
                             f"array ({exc})") from None
-        found = recorder()
         if found is None:
             self.device.backend.allocator.copy_host_to_device(self.buffer, src, stream.handle)
             return

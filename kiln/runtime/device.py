@@ -23,6 +23,8 @@ class Recorder(Protocol):
     """A capture recording its thread's work (`kiln.capture`, kiln.execution.capture): the
     launch engine hands it launches, the runtime host-to-device copies and what it refuses."""
 
+    stream: Stream  # where launches and copies without stream= go
+
     def refuse(self, doing: str) -> NoReturn: ...
 
     def record_copy(self, stream: Stream, copy: Callable[[Any], None], doing: str) -> None: ...

@@ -18,7 +18,7 @@ from kiln.runtime.device import CAPTURES, RECORDING
 from tests.helpers import requires_backend
 
 BACKENDS = [pytest.param(name, marks=requires_backend(name, f"{name} is unavailable"))
-            for name in ("interp", "cpu", "opencl", "serial")]
+            for name in ("interp", "cpu", "opencl", "serial", "cuda")]
 
 
 @kiln.kernel
@@ -147,12 +147,14 @@ def test_prepared_launches_and_several_streams(dev: kiln.Device) -> None:
     g.replay(stream=stream)  # another stream of the device
     stream.synchronize()
     np.testing.assert_array_equal(x.numpy(), 8)
+    ones = np.ones(16, np.int32)
     with kiln.capture(stream) as g2:
+        x.copy_from_host(ones)  # without stream=: the capture's stream, as launches
         add_int[2, 8, stream](x, 5, 16)
-        add_int[2, 8](x, 5, 16)  # without stream=: the capture's stream
+        add_int[2, 8](x, 5, 16)
     g2.replay()
     stream.synchronize()
-    np.testing.assert_array_equal(x.numpy(), 18)
+    np.testing.assert_array_equal(x.numpy(), 11)
 
 
 def test_the_graph_keeps_its_arrays_alive(dev: kiln.Device) -> None:
