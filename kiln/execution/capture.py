@@ -125,6 +125,7 @@ class Graph:
     def __init__(self, stream: Stream) -> None:
         self.stream, self.device = stream, stream.device
         self._steps: list[Step] = []
+        self._launches: list[CapturedLaunch] = []
         self._params: dict[str, Any] = {}
         self._state = "new"  # recording, ready, abandoned or closed
         self._error: CaptureError | None = None
@@ -172,7 +173,7 @@ class Graph:
         self._watches = list({id(w): w for w in self._watch_list()}.values())
 
     def _abandon(self, why: str) -> None:
-        self._state, self._why, self._steps = "abandoned", why, []
+        self._state, self._why, self._steps, self._launches = "abandoned", why, [], []
 
     def refuse(self, doing: str) -> NoReturn:
         """Raise (and remember: the capture is abandoned) a CaptureError for `doing`."""
@@ -246,18 +247,18 @@ class Graph:
              params: dict[int, str], device: Any) -> None:
         if bound.copy_back:  # NumPy arguments are refused before binding
             raise LaunchError(f"{name}: a recorded launch copies nothing back")
-        index = sum(isinstance(s, CapturedLaunch) for s in self._steps)
-        self._steps.append(CapturedLaunch(index, name, kernel, bound, params, device))
+        node = CapturedLaunch(len(self._launches), name, kernel, bound, params, device)
+        self._steps.append(node)
+        self._launches.append(node)
 
     def _watch_list(self) -> list[StatusWatch]:
-        return [s.bound.watch for s in self._steps
-                if isinstance(s, CapturedLaunch) and s.bound.watch is not None]
+        return [n.bound.watch for n in self._launches if n.bound.watch is not None]
 
     # ---- what was recorded
     @property
     def launches(self) -> tuple[CapturedLaunch, ...]:
         """The recorded launches, in order (copies left out)."""
-        return tuple(s for s in self._steps if isinstance(s, CapturedLaunch))
+        return tuple(self._launches)
 
     @property
     def native(self) -> bool:
@@ -311,7 +312,7 @@ class Graph:
             if self._state == "recording":
                 raise CaptureError("close() inside the graph's own capture")
             self._state, self._why = "closed", "closed"
-            self._steps, self._units, self._watches = [], [], []
+            self._steps, self._launches, self._units, self._watches = [], [], [], []
             self._runs = weakref.WeakKeyDictionary()
             self._unit_of = {}
 
@@ -328,7 +329,7 @@ class Graph:
         raise CaptureError(f"{doing} a graph that cannot replay: {self._why}")
 
     def _launch(self, launch: CapturedLaunch | int) -> CapturedLaunch:
-        launches = self.launches
+        launches = self._launches
         if isinstance(launch, CapturedLaunch):
             if launch.index < len(launches) and launches[launch.index] is launch:
                 return launch
@@ -344,8 +345,10 @@ class Graph:
         if unknown:
             raise CaptureError(f"replay: no kiln.Param named {', '.join(map(repr, unknown))} "
                                f"(this graph's: {', '.join(map(repr, self._params)) or 'none'})")
+        values = {name: v for name, v in values.items()  # an unchanged value costs nothing
+                  if type(v) is not type(self._params[name]) or v != self._params[name]}
         changes = []
-        for node in self.launches:
+        for node in self._launches:
             named = {pos: values[n] for pos, n in node.params.items() if n in values}
             if named:
                 changes.append((node, self._rebind(node, named, node.bound.grid,

@@ -8,6 +8,7 @@ import contextlib
 import gc
 import threading
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -443,7 +444,10 @@ def test_sharded_launches_are_refused_and_each_part_captures_in_its_thread() -> 
     np.testing.assert_array_equal(xs.gather(), 3)
 
 
-def test_autotuned_kernels_are_recorded_once_tuned(interp: kiln.Device) -> None:
+def test_autotuned_kernels_are_recorded_once_tuned(interp: kiln.Device, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))  # no choice stored on disk yet
+
     @kiln.autotune(configs=[kiln.Config({"B": b}, block=b) for b in (4, 8)], key=["n"])
     @kiln.kernel
     def inc(x: i32[:], n: i32, B: kiln.constexpr):
