@@ -232,21 +232,22 @@ class Graph:
 
     def _take_params(self, name: str, args: Sequence[Any]) -> tuple[list[Any], dict[int, str]]:
         """The arguments with each kiln.Param's value, and which positions took which."""
-        values, params = list(args), {}
+        values, params, seen = list(args), {}, dict(self._params)
         for i, a in enumerate(args):
             if isinstance(a, Param):
-                known = self._params.setdefault(a.name, a.value)
+                known = seen.setdefault(a.name, a.value)
                 if known is not a.value and (type(known) is not type(a.value)
                                              or known != a.value):
-                    self.refuse(f"launching {name} with kiln.Param {a.name!r} = {a.value!r} "
-                                f"after it was {known!r} (one name, one value)")
+                    raise CaptureError(f"launching {name} with kiln.Param {a.name!r} = "
+                                       f"{a.value!r} after it was {known!r} (one name, one "
+                                       "value)")
                 values[i], params[i] = a.value, a.name
         return values, params
 
     def _add(self, name: str, kernel: LaunchState | None, bound: BoundLaunch,
              params: dict[int, str], device: Any) -> None:
-        if bound.copy_back:  # NumPy arguments are refused before binding
-            raise LaunchError(f"{name}: a recorded launch copies nothing back")
+        for position, param in params.items():  # known once the launch is recorded
+            self._params.setdefault(param, bound.args[position])
         node = CapturedLaunch(len(self._launches), name, kernel, bound, params, device)
         self._steps.append(node)
         self._launches.append(node)

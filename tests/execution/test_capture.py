@@ -321,9 +321,13 @@ def test_params_are_checked_when_recorded(interp: kiln.Device) -> None:
     x = kiln.zeros(4, i32, interp)
     with pytest.raises(kiln.CaptureError, match="constexpr"), kiln.capture(interp):
         fill[1, 4](x, kiln.Param("v", 3))
-    with pytest.raises(kiln.CaptureError, match="one name, one value"), kiln.capture(interp):
-        add_int[1, 4](x, kiln.Param("k", 1), 4)
-        add_int[1, 4](x, kiln.Param("k", 2), 4)
+    with kiln.capture(interp) as g:  # a launch refused as it would be eagerly records nothing
+        with pytest.raises(kiln.LaunchError, match="expected an integer"):
+            add_int[1, 4](x, kiln.Param("k", 1), 2.5)
+        add_int[1, 4](x, kiln.Param("k", 2), kiln.Param("n", 4))
+        with pytest.raises(kiln.CaptureError, match="one name, one value"):
+            add_int[1, 4](x, kiln.Param("m", 1), kiln.Param("m", 4))
+    assert g.params == {"k": 2, "n": 4} and len(g.launches) == 1
     with pytest.raises(kiln.CaptureError, match="identifier"):
         kiln.Param("not a name", 1)
     with pytest.raises(kiln.CaptureError, match="stands for a number"):
