@@ -145,6 +145,7 @@ def test_prepared_launches_and_several_streams(dev: kiln.Device) -> None:
         step()
         add_int[2, 8](x, 1, 16)
     g.replay()
+    dev.synchronize()  # nothing orders two streams
     g.replay(stream=stream)  # another stream of the device
     stream.synchronize()
     np.testing.assert_array_equal(x.numpy(), 8)

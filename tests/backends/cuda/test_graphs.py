@@ -122,3 +122,21 @@ extern "C" __global__ void bump(int *x, int n) {
     np.testing.assert_array_equal(x.numpy(), [2] * 128 + [1] * 128)
     np.testing.assert_array_equal(y.numpy(), 2)
 
+
+
+@gpu
+@needs_gpu
+def test_foreign_arrays_are_held_by_the_graph() -> None:
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    dev = kiln.device("cuda")
+    x = torch.arange(256, dtype=torch.float32, device="cuda")
+    y = torch.zeros(256, dtype=torch.float32, device="cuda")
+    with kiln.capture(dev) as g:
+        axpy[2, 128](x, y, 2.0, 256)
+    del x  # the graph holds the tensor's memory (through the array it adopted)
+    torch.cuda.synchronize()
+    g.replay()
+    dev.synchronize()  # the next replay is on another stream: nothing orders the two
+    g.replay(stream=kiln.Stream(dev))
+    dev.synchronize()
+    np.testing.assert_array_equal(y.cpu().numpy(), 4 * np.arange(256, dtype=np.float32))
