@@ -6,7 +6,9 @@ anti-diagonal: 2N launches of growing, then shrinking, grids) and a chain of tin
 synchronisation included (what a caller waits for), medians of interleaved repetitions after
 a warm-up; "per launch" divides by the launches; the ratio is eager / replay (above 1: the
 replay is faster). The capture column is the one-time cost: recording plus the first replay
-(which builds the CUDA graphs on cuda). Each replay's result is checked against the eager
+(which builds the CUDA graphs on cuda); the Param column times replays that change the
+wavefront's gap penalty, a kiln.Param every launch takes (each launch is updated: on cuda
+with cuGraphExecKernelNodeSetParams). Each replay's result is checked against the eager
 one.
 
     python benchmarks/bench_graphs.py [--backend cuda] [--n 1024] [--tiny 2000] [--repeat 15]
@@ -57,13 +59,13 @@ def bump(x: i32[:], k: i32):
 
 
 def needleman_wunsch(h: kiln.DeviceArray, a: kiln.DeviceArray, b: kiln.DeviceArray,
-                     n: int) -> int:
+                     n: int, gap: int | kiln.Param = -1) -> int:
     """Fill the score matrix; the number of launches."""
-    border[(n + BLOCK) // BLOCK, BLOCK](h, n, -1)
+    border[(n + BLOCK) // BLOCK, BLOCK](h, n, gap)
     for d in range(2, 2 * n + 1):
         lo = max(1, d - n)
         count = min(n, d - 1) - lo + 1
-        diagonal[(count + BLOCK - 1) // BLOCK, BLOCK](h, a, b, d, lo, count, -1)
+        diagonal[(count + BLOCK - 1) // BLOCK, BLOCK](h, a, b, d, lo, count, gap)
     return 2 * n
 
 
@@ -81,13 +83,15 @@ def timed(fn: Callable[[], object], dev: kiln.Device) -> float:
 
 
 def compare(dev: kiln.Device, eager: Callable[[], int], repeat: int,
-            check: Callable[[], None]) -> list[str]:
-    """One table row: eager and replayed medians (ms and per launch), the capture's cost."""
+            check: Callable[[], None], captured: Callable[[], int] | None = None) -> list[str]:
+    """One table row: eager and replayed medians (ms and per launch), the capture's cost,
+    and where `captured` (the program with a kiln.Param "gap") is given, the median of
+    replays that change the Param (every launch taking it is updated)."""
     launches = eager()  # warm-up: compiles
     dev.synchronize()
     start = time.perf_counter()
     with kiln.capture(dev) as graph:
-        eager()
+        (captured or eager)()
     graph.replay()
     dev.synchronize()
     capture_ms = (time.perf_counter() - start) * 1e3
@@ -97,8 +101,16 @@ def compare(dev: kiln.Device, eager: Callable[[], int], repeat: int,
         runs["eager"].append(timed(eager, dev))
         runs["replay"].append(timed(graph.replay, dev))
     e, r = (statistics.median(runs[k]) for k in ("eager", "replay"))
+    updated = "-"
+    if captured is not None:
+        def replay_with(gap: int) -> None:
+            graph.replay(gap=gap)
+
+        gaps = [-2, -1] * (repeat // 2 + 1)
+        updated = f"{statistics.median(timed(lambda g=g: replay_with(g), dev) for g in gaps):.2f}"
+        check()  # the last replay set the gap back to -1
     return [f"{launches}", f"{e:.2f}", f"{e * 1e3 / launches:.2f}", f"{r:.2f}",
-            f"{r * 1e3 / launches:.2f}", ratio(e, r), f"{capture_ms:.1f}",
+            f"{r * 1e3 / launches:.2f}", ratio(e, r), f"{capture_ms:.1f}", updated,
             "yes" if graph.native else "no"]
 
 
@@ -122,7 +134,8 @@ def run(dev: kiln.Device, n: int, launches: int, repeat: int) -> list[list[str]]
 
     return [
         [dev.backend.name, f"Needleman-Wunsch {n}",
-         *compare(dev, lambda: needleman_wunsch(h, a, b, n), repeat, same)],
+         *compare(dev, lambda: needleman_wunsch(h, a, b, n), repeat, same,
+                  lambda: needleman_wunsch(h, a, b, n, kiln.Param("gap", -1)))],
         [dev.backend.name, "tiny launches",
          *compare(dev, lambda: tiny(x, launches), repeat, counted)],
     ]
@@ -149,8 +162,9 @@ def main() -> None:
           f"{time.strftime('%Y-%m-%d')}\n")
     print(markdown_table(
         ["backend", "program", "launches", "eager ms", "eager us/launch", "replay ms",
-         "replay us/launch", "eager/replay", "capture ms", "CUDA graphs"],
-        rows, "llrrrrrrrl"))
+         "replay us/launch", "eager/replay", "capture ms", "replay with new Param ms",
+         "CUDA graphs"],
+        rows, "llrrrrrrrrl"))
 
 
 if __name__ == "__main__":

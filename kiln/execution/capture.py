@@ -445,9 +445,9 @@ class Graph:
                 graphs = self.device.backend
                 assert supports(graphs, KernelGraphs)
                 graphs.update_graph(native, position, node.graph_launch())
-            else:
+            else:  # unprepared: preparing again can cost more than it saves (OpenCL)
                 for stream, runs in self._runs.items():
-                    runs[unit] = _run_of(node, stream)
+                    runs[unit] = _run_of(node, stream, prepared=False)
 
     # ---- the plan: native graphs where the backend builds them, else prepared runs
     def _build_runs(self, stream: Stream) -> list[Run]:
@@ -494,10 +494,11 @@ class Graph:
         return units
 
 
-def _run_of(node: CapturedLaunch, stream: Stream) -> Run:
-    """One launch, packed once for `stream` where the launchable can (`FastLaunch`)."""
+def _run_of(node: CapturedLaunch, stream: Stream, prepared: bool = True) -> Run:
+    """One launch on `stream`, packed once where the launchable can (`FastLaunch`) and
+    `prepared` asks for it."""
     b = node.bound
-    if supports(b.routine, FastLaunch):
+    if prepared and supports(b.routine, FastLaunch):
         return b.routine.prepare_launch(b.grid, b.block, b.device_args, stream.handle)
     return functools.partial(b.routine.launch, b.grid, b.block, b.device_args, stream.handle)
 
