@@ -20,6 +20,7 @@ docs/graphs.md is the contract.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import weakref
@@ -30,11 +31,18 @@ import numpy as np
 
 from ..errors import CaptureError, LaunchError
 from ..framework.backend import Dim3, FastLaunch, GraphLaunch, KernelGraphs, supports
-from ..ir.types import ConstexprType
+from ..ir.types import ConstexprType, ScalarType
 from ..runtime.device import CAPTURES, RECORDING, Device, Stream, stream_on
 from ..runtime.device import device as resolve_device
 from ..runtime.status import StatusWatch
-from .executor import BoundLaunch, adopt_foreign, as_dim3, bind_launch, validate_dims
+from .executor import (
+    BoundLaunch,
+    adopt_foreign,
+    as_dim3,
+    bind_launch,
+    check_argument,
+    validate_dims,
+)
 from .kernel import SizedKernel
 from .raw import RawKernel
 from .state import LaunchState
@@ -352,10 +360,32 @@ class Graph:
         for node in self._launches:
             named = {pos: values[n] for pos, n in node.params.items() if n in values}
             if named:
-                changes.append((node, self._rebind(node, named, node.bound.grid,
-                                                   node.bound.block)))
+                changes.append((node, self._with_scalars(node, named)))
         self._apply(changes)
         self._params.update(values)
+
+    def _with_scalars(self, node: CapturedLaunch, named: dict[int, Any]) -> BoundLaunch:
+        """The node's launch with scalar arguments `named` (by position) changed: each
+        checked against its parameter's type, then converted in place in the device
+        arguments, with no new binding (a Param of thousands of launches changes in
+        milliseconds). Where arguments were split (records), bound again instead."""
+        old = node.bound
+        kept = [i for i, t in enumerate(old.arg_types) if not isinstance(t, ConstexprType)]
+        if node.kernel is None or len(kept) != len(old.device_args) - (old.watch is not None):
+            return self._rebind(node, named, old.grid, old.block)
+        slot = {position: k for k, position in enumerate(kept)}
+        args, device_args = list(old.args), list(old.device_args)
+        names = node.kernel.signature
+        for position, value in named.items():
+            t = old.arg_types[position]
+            try:
+                check_argument(node.name, names[position][0], position, t, value)
+            except LaunchError as exc:
+                raise CaptureError(f"updating launch #{node.index} of {node.name}: "
+                                   f"{exc}") from None
+            assert isinstance(t, ScalarType)  # a kiln.Param is a number, never a constexpr
+            args[position], device_args[slot[position]] = value, t.dtype.type(value)
+        return dataclasses.replace(old, args=args, device_args=device_args)
 
     def _rebound(self, node: CapturedLaunch, grid: Any, block: Any, dim: Any,
                  args: dict[str, Any]) -> BoundLaunch:

@@ -159,6 +159,30 @@ def test_prepared_launches_and_several_streams(dev: kiln.Device) -> None:
     np.testing.assert_array_equal(x.numpy(), 11)
 
 
+@kiln.struct
+class Pair:
+    a: i32
+    b: i32
+
+
+@kiln.kernel
+def put(x: i32[:], p: Pair, k: i32):
+    x[kiln.global_id(0)] = p.a * 10 + p.b + k
+
+
+def test_params_and_updates_of_launches_with_records(dev: kiln.Device) -> None:
+    x = kiln.zeros(4, i32, dev)
+    with kiln.capture(dev) as g:
+        put[1, 4](x, Pair(1, 2), kiln.Param("k", 100))
+    g.replay(k=200)  # the record was split into scalars: the launch is bound again
+    np.testing.assert_array_equal(x.numpy(), 212)
+    g.update(0, p=Pair(3, 4))
+    g.replay()
+    np.testing.assert_array_equal(x.numpy(), 234)
+    with pytest.raises(kiln.CaptureError, match="expected an integer"):
+        g.replay(k=0.5)
+
+
 def test_the_graph_keeps_its_arrays_alive(dev: kiln.Device) -> None:
     def make() -> tuple[kiln.Graph, weakref.ref[kiln.DeviceArray], kiln.DeviceArray]:
         tmp = kiln.zeros(8, i32, dev)
