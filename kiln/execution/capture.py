@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import CaptureError, LaunchError
 from ..framework.backend import Dim3, FastLaunch, GraphLaunch, KernelGraphs, supports
-from ..ir.types import ConstexprType, ScalarType
+from ..ir.types import ConstexprType, ScalarType, Type
 from ..runtime.device import CAPTURES, RECORDING, Device, Stream, stream_on
 from ..runtime.device import device as resolve_device
 from ..runtime.status import StatusWatch
@@ -356,19 +356,22 @@ class Graph:
                                f"(this graph's: {', '.join(map(repr, self._params)) or 'none'})")
         values = {name: v for name, v in values.items()  # an unchanged value costs nothing
                   if type(v) is not type(self._params[name]) or v != self._params[name]}
-        changes = []
+        changes: list[tuple[CapturedLaunch, BoundLaunch]] = []
+        converted: dict[tuple[Type, type, Any], Any] = {}
         for node in self._launches:
             named = {pos: values[n] for pos, n in node.params.items() if n in values}
             if named:
-                changes.append((node, self._with_scalars(node, named)))
+                changes.append((node, self._with_scalars(node, named, converted)))
         self._apply(changes)
         self._params.update(values)
 
-    def _with_scalars(self, node: CapturedLaunch, named: dict[int, Any]) -> BoundLaunch:
+    def _with_scalars(self, node: CapturedLaunch, named: dict[int, Any],
+                      converted: dict[tuple[Type, type, Any], Any]) -> BoundLaunch:
         """The node's launch with scalar arguments `named` (by position) changed: each
-        checked against its parameter's type, then converted in place in the device
-        arguments, with no new binding (a Param of thousands of launches changes in
-        milliseconds). Where arguments were split (records), bound again instead."""
+        checked against its parameter's type (once per type and value: `converted`), then
+        converted in place in the device arguments, with no new binding (a Param of
+        thousands of launches changes in milliseconds). Where arguments were split
+        (records), bound again instead."""
         old = node.bound
         kept = [i for i, t in enumerate(old.arg_types) if not isinstance(t, ConstexprType)]
         if node.kernel is None or len(kept) != len(old.device_args) - (old.watch is not None):
@@ -378,13 +381,16 @@ class Graph:
         names = node.kernel.signature
         for position, value in named.items():
             t = old.arg_types[position]
-            try:
-                check_argument(node.name, names[position][0], position, t, value)
-            except LaunchError as exc:
-                raise CaptureError(f"updating launch #{node.index} of {node.name}: "
-                                   f"{exc}") from None
-            assert isinstance(t, ScalarType)  # a kiln.Param is a number, never a constexpr
-            args[position], device_args[slot[position]] = value, t.dtype.type(value)
+            key = (t, type(value), value)
+            if key not in converted:
+                try:
+                    check_argument(node.name, names[position][0], position, t, value)
+                except LaunchError as exc:
+                    raise CaptureError(f"updating launch #{node.index} of {node.name}: "
+                                       f"{exc}") from None
+                assert isinstance(t, ScalarType)  # a Param is a number, never a constexpr
+                converted[key] = t.dtype.type(value)
+            args[position], device_args[slot[position]] = value, converted[key]
         return dataclasses.replace(old, args=args, device_args=device_args)
 
     def _rebound(self, node: CapturedLaunch, grid: Any, block: Any, dim: Any,
