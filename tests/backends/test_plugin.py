@@ -64,11 +64,12 @@ def test_its_optional_protocols_work(hostsim: kiln.Device) -> None:
         add[1, 4](x, 1.0)
     prepared = add.prepare(1, 4, x, 1.0, device=hostsim)  # FastLaunch.prepare_launch
     prepared()
+    built = backend.graphs_built  # kiln check's case builds some too
     with kiln.capture(hostsim) as g:  # KernelGraphs: recorded, not run
         add[1, 4](x, 10.0)
     assert x.numpy().tolist() == [4] * 4
     g.replay()
-    assert backend.graphs_built == 1
+    assert backend.graphs_built == built + 1
     g.update(0, k=5.0)  # update_graph
     g.replay()
     assert x.numpy().tolist() == [19] * 4
