@@ -34,7 +34,7 @@ from ..ir.types import (
 )
 from ..lang.records import argument_error
 from ..runtime.array import DeviceArray, DeviceArrayView, stage_host
-from ..runtime.device import Device, Stream, as_stream, recorder, stream_on
+from ..runtime.device import CAPTURES, Device, Stream, as_stream, recorder, stream_on
 from ..runtime.device import device as resolve_device
 from ..runtime.interop import adopt
 from ..runtime.status import StatusWatch
@@ -386,8 +386,7 @@ class PreparedLaunch:
         self.name, self.bound = kernel_name, bound
 
     def __call__(self) -> None:
-        capture = recorder()
-        if capture is not None:
+        if CAPTURES[0] and (capture := recorder()) is not None:  # one load when none is open
             capture.record_bound(self.name, self.bound)
             return
         self._run()
