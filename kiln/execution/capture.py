@@ -143,6 +143,7 @@ class Graph:
         self._unit_of: dict[int, tuple[int, int]] = {}  # launch index -> unit, position
         self._runs: weakref.WeakKeyDictionary[Stream, list[Run]] = weakref.WeakKeyDictionary()
         self._watches: list[StatusWatch] = []
+        self._kernels: list[LaunchState] = []  # of the launches (not raw or prepared ones)
 
     def __repr__(self) -> str:
         return (f"<kiln.Graph of {len(self.launches)} launch(es) on {self.device.name}, "
@@ -179,6 +180,8 @@ class Graph:
                                "`with` block are recorded")
         self._state = "ready"
         self._watches = list({id(w): w for w in self._watch_list()}.values())
+        self._kernels = list({id(n.kernel): n.kernel for n in self._launches
+                              if n.kernel is not None}.values())
 
     def _abandon(self, why: str) -> None:
         self._state, self._why, self._steps, self._launches = "abandoned", why, [], []
@@ -292,6 +295,7 @@ class Graph:
             if params:
                 self._set_params(params)
             where = stream_on(self.device, stream, "replaying a graph")
+            self._refresh_stale()
             if where is not self.stream and self._watches:
                 raise CaptureError("a graph of kernels with run-time checks (debug=True) "
                                    "replays on the stream it was captured on")
@@ -304,6 +308,22 @@ class Graph:
                 watch.arm()
 
     launch = replay
+
+    def _refresh_stale(self) -> None:
+        """Never replay a kernel built with constant tables that changed since, as a launch
+        never runs one (docs/language.md): its launches are bound again, which builds it
+        again with the new values, and the replay plan is made again."""
+        stale = {id(k) for k in self._kernels if k.tables().reads and k.tables().changed()}
+        if not stale:
+            return
+        for node in self._launches:
+            if node.kernel is not None and id(node.kernel) in stale:
+                b = node.bound
+                node.bound = bind_launch(node.kernel, b.grid, b.block, list(b.args),
+                                         node.device_arg, self.stream)
+        self._units, self._unit_of = [], {}
+        self._runs = weakref.WeakKeyDictionary()
+        self._watches = list({id(w): w for w in self._watch_list()}.values())
 
     def update(self, launch: CapturedLaunch | int, *, grid: Any = None, block: Any = None,
                dim: Any = None, **args: Any) -> None:
@@ -322,6 +342,7 @@ class Graph:
                 raise CaptureError("close() inside the graph's own capture")
             self._state, self._why = "closed", "closed"
             self._steps, self._launches, self._units, self._watches = [], [], [], []
+            self._kernels = []
             self._runs = weakref.WeakKeyDictionary()
             self._unit_of = {}
 

@@ -159,6 +159,32 @@ def test_prepared_launches_and_several_streams(dev: kiln.Device) -> None:
     np.testing.assert_array_equal(x.numpy(), 11)
 
 
+TABLE = np.array([1, 2, 3, 4], np.int32)
+
+
+@kiln.kernel
+def from_table(x: i32[:], k: i32):
+    i = kiln.global_id(0)
+    x[i] = x[i] + TABLE[i] * k
+
+
+def test_a_changed_constant_table_is_never_replayed_stale(dev: kiln.Device) -> None:
+    x = kiln.zeros(4, i32, dev)
+    with kiln.capture(dev) as g:
+        from_table[1, 4](x, kiln.Param("k", 1))
+        add_int[1, 4](x, 100, 4)
+    g.replay()
+    np.testing.assert_array_equal(x.numpy(), [101, 102, 103, 104])
+    TABLE[:] = [10, 20, 30, 40]  # as an eager launch would, the replay builds it again
+    try:
+        g.replay(k=2)
+        np.testing.assert_array_equal(x.numpy(), [221, 242, 263, 284])
+        g.replay(k=1)
+        np.testing.assert_array_equal(x.numpy(), [331, 362, 393, 424])
+    finally:
+        TABLE[:] = [1, 2, 3, 4]
+
+
 @kiln.struct
 class Pair:
     a: i32
