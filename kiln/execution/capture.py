@@ -331,6 +331,7 @@ class Graph:
         `dim=`) and arguments by parameter name; checked as a launch is, and kept."""
         with self._lock:
             self._check_ready("updating")
+            self._refresh_stale()  # the update keeps the kernel's current build
             node = self._launch(launch)
             bound = self._rebound(node, grid, block, dim, args)
             self._apply([(node, bound)])
