@@ -9,6 +9,7 @@ from .aot.loader import load_library
 from .errors import (
     ArityError,
     BackendCompileError,
+    CaptureError,
     ConstantError,
     ConvergenceError,
     CopyError,
@@ -26,6 +27,7 @@ from .errors import (
     UnsupportedError,
 )
 from .execution.autotune import Autotuned, AutotuneError, Config, autotune
+from .execution.capture import CapturedLaunch, Graph, Param, capture
 from .execution.kernel import Kernel, func, kernel, launch
 from .execution.raw import RawKernel
 from .execution.sharding import (
@@ -92,8 +94,9 @@ from .runtime.array import (
     zeros,
 )
 from .runtime.device import Device, DeviceNotFoundError, Event, Stream, backends, device, devices
-from .runtime.graph import Graph, graph
 from .version import __version__
+
+graph = capture  # the name kiln.graph had before captures replayed on every backend
 
 # long names of the scalar types
 bool8 = bool_

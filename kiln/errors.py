@@ -117,6 +117,12 @@ class DeviceMismatchError(LaunchError, ValueError):
     the host API are). kiln never moves work between devices behind the user's back."""
 
 
+class CaptureError(LaunchError):
+    """Work that `kiln.capture` cannot record or a recorded graph cannot replay: waiting or
+    reading back inside a capture, work on another stream or device, a bad update. An error
+    inside a capture abandons it (docs/graphs.md)."""
+
+
 class CopyError(ValueError):
     """A copy whose two sides do not fit: an `out` or a source of another shape or dtype,
     or an `out` that is not C-contiguous or is read-only. The message names both sides."""
@@ -134,7 +140,7 @@ class OutOfMemoryError(MemoryError):
 
 for _error in (KernelError, UnknownNameError, KernelTypeError, ArityError, UnsupportedError,
                ConvergenceError, ConstantError, DeviceFeatureError, BackendCompileError,
-               IndexOutOfBoundsError, LaunchError, DeviceMismatchError, CopyError,
+               IndexOutOfBoundsError, LaunchError, DeviceMismatchError, CaptureError, CopyError,
                SettingError, OutOfMemoryError):
     _error.__module__ = "kiln"  # tracebacks name them as users import them: kiln.LaunchError
 

@@ -67,9 +67,10 @@ layer, as (importer prefix, imported module) with the reason. They do not run.""
 ORDER: dict[str, tuple[str, ...]] = {
     "kiln.ir": ("enums", "types", "hosttypes", "nodes", "visit", "abi", "analysis",
                 "intrinsics", "barriers", "ranges", "printer", "target"),
-    "kiln.runtime": ("device", "host", "array", "status", "interop", "graph"),
+    "kiln.runtime": ("device", "host", "array", "status", "interop"),
     "kiln.execution": ("fingerprint", "tablewatch", "arguments", "state", "kernelcache",
-                       "drivers", "fastpath", "executor", "kernel", "raw", "sharding", "autotune"),
+                       "drivers", "fastpath", "executor", "kernel", "raw", "capture", "sharding",
+                       "autotune"),
     "kiln.aot": ("actions", "entries", "header", "glue", "host", "library", "loader", "build"),
 }
 """The modules of a package, bottom to top: none imports one above it (its `__init__` is

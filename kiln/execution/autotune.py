@@ -27,7 +27,7 @@ from ..errors import KernelError, LaunchError
 from ..framework.cache import CompileCache
 from ..ir.types import ConstexprType
 from ..runtime.array import DeviceArray, DeviceArrayView, to_device
-from ..runtime.device import Device, Stream
+from ..runtime.device import Device, Stream, recorder
 from .executor import launch_device
 from .fingerprint import NotFingerprintable, fingerprint
 from .kernel import Kernel, launch
@@ -173,6 +173,10 @@ class Autotuned:
 
     def _tune(self, grid: Any, block: Any, args: tuple[Any, ...], dev: Device,
               stream: Stream | None, key: str) -> Choice:
+        capture = recorder()
+        if capture is not None:  # timing candidates waits for them
+            capture.refuse(f"autotuning {self.name} for {key} (launch it once before the "
+                           "capture, which then records the chosen candidate)")
         self.tunings += 1
         start = time.perf_counter()
         times: list[float | None] = []

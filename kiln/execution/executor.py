@@ -34,7 +34,7 @@ from ..ir.types import (
 )
 from ..lang.records import argument_error
 from ..runtime.array import DeviceArray, DeviceArrayView, stage_host
-from ..runtime.device import Device, Stream, as_stream, stream_on
+from ..runtime.device import CAPTURES, Device, Stream, as_stream, recorder, stream_on
 from ..runtime.device import device as resolve_device
 from ..runtime.interop import adopt
 from ..runtime.status import StatusWatch
@@ -239,8 +239,13 @@ def bind_arguments(kernel: LaunchState, args: Sequence[Any]) -> tuple[Type, ...]
 def launch(kernel: LaunchState, grid: int | Sequence[int], block: int | Sequence[int],
            args: Sequence[Any], device: Device | str | None = None,
            stream: Stream | None = None) -> None:
-    """Validate, specialise and run one launch (asynchronously where the backend can)."""
+    """Validate, specialise and run one launch (asynchronously where the backend can); inside
+    a capture, record it instead (`kiln.execution.capture`)."""
     if try_plan(kernel, grid, block, device, stream, args):
+        return
+    capture = recorder()
+    if capture is not None:
+        capture.record_launch(kernel, grid, block, args, device, stream)
         return
     b = bind_launch(kernel, grid, block, adopt_foreign(args), device, stream)
     b.routine.launch(b.grid, b.block, b.device_args, b.stream.handle)
@@ -379,9 +384,12 @@ class PreparedLaunch:
         else:
             self._run = functools.partial(routine.launch, bound.grid, bound.block,
                                           bound.device_args, bound.stream.handle)
-        self.bound = bound
+        self.name, self.bound = kernel_name, bound
 
     def __call__(self) -> None:
+        if CAPTURES[0] and (capture := recorder()) is not None:  # one load when none is open
+            capture.record_bound(self.name, self.bound)
+            return
         self._run()
         if self.bound.watch is not None:
             self.bound.watch.arm()

@@ -24,7 +24,7 @@ from ..framework.backend import Dim3
 from ..ir.ranges import MAX_BLOCK_THREADS, MAX_GLOBAL
 from ..ir.types import ConstexprType, ScalarType, Type, i32
 from ..runtime.array import DeviceArray
-from ..runtime.device import Device
+from ..runtime.device import CAPTURES, Device
 from .state import LaunchState
 from .tablewatch import TableWatch
 
@@ -45,7 +45,10 @@ def plan_key(device: Any, stream: Any) -> tuple[Any, ...]:
 
 def try_plan(kernel: LaunchState, grid: Any, block: Any, device: Any, stream: Any,
              args: Sequence[Any]) -> bool:
-    """Run the launch through a remembered plan; False when none applies."""
+    """Run the launch through a remembered plan; False when none applies (or while a
+    capture records: the recording path sees every launch)."""
+    if CAPTURES[0]:
+        return False
     try:
         plan = kernel.launch_plans.get(plan_key(device, stream))
     except TypeError:  # an unhashable device argument

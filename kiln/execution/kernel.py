@@ -22,8 +22,8 @@ from ..ir.types import Type, i32
 from ..lang.frontend import build_program
 from ..lang.functions import Compilable, DeviceFunction
 from ..options import KernelOptions
+from ..runtime.device import CAPTURES, devices_of
 from ..runtime.device import device as resolve_device
-from ..runtime.device import devices_of
 from .drivers import frontend
 from .executor import (
     PreparedLaunch,
@@ -282,7 +282,7 @@ class Launcher:
 
     def __call__(self, *args: Any) -> None:
         plan = self.plan  # the fast path (execution.fastpath); it declines what it cannot run
-        if plan is None or not plan(self.grid, self.block, args):
+        if plan is None or CAPTURES[0] or not plan(self.grid, self.block, args):
             state = self.kernel.launch_state
             try:
                 execute_launch(state, self.grid, self.block, args, None, self.stream)

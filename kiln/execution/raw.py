@@ -19,8 +19,8 @@ from ..framework.backend import Launchable, RawKernels, supports
 from ..ir.types import literal_type
 from ..options import KernelOptions
 from ..runtime.array import DeviceArray
-from ..runtime.device import Device, Stream
-from .executor import adopt_foreign, as_dim3, launch_device, validate_dims
+from ..runtime.device import Device, Stream, recorder
+from .executor import BoundLaunch, adopt_foreign, as_dim3, launch_device, validate_dims
 from .kernel import caller_loc
 
 
@@ -62,6 +62,16 @@ class RawKernel:
 
     def launch(self, grid: Any, block: Any, args: Sequence[Any],
                device: Device | str | None = None, stream: Stream | None = None) -> None:
+        capture = recorder()
+        if capture is not None:  # kiln.capture records it (kiln.execution.capture)
+            capture.record_launch(self, grid, block, args, device, stream)
+            return
+        b = self.bind(grid, block, args, device, stream)
+        b.routine.launch(b.grid, b.block, b.device_args, b.stream.handle)
+
+    def bind(self, grid: Any, block: Any, args: Sequence[Any],
+             device: Device | str | None = None, stream: Stream | None = None) -> BoundLaunch:
+        """Check a launch and convert its arguments (without launching it)."""
         args = adopt_foreign(args)
         arrays = any(isinstance(a, DeviceArray) for a in args)
         if device is None and stream is None and not arrays:
@@ -74,8 +84,8 @@ class RawKernel:
         grid3, block3 = as_dim3(grid, "grid"), as_dim3(block, "block")
         validate_dims(grid3, block3, dev)
         values = [self._argument(i, a, dev) for i, a in enumerate(args)]
-        stream = stream or dev.default_stream
-        routine.launch(grid3, block3, values, stream.handle)
+        return BoundLaunch(routine, grid3, block3, args, (), values, [], dev,
+                           stream or dev.default_stream, None)
 
     def _argument(self, i: int, value: Any, dev: Device) -> Any:
         if isinstance(value, DeviceArray):

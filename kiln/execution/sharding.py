@@ -28,7 +28,7 @@ from ..runtime.array import (
     full,
     zeros,
 )
-from ..runtime.device import Device
+from ..runtime.device import Device, recorder
 from ..runtime.device import device as resolve_device
 from .kernel import launch
 
@@ -288,6 +288,10 @@ def launch_sharded(kernel: Kernel, args: Sequence[Any], dim: Any = None) -> None
     `kiln.shard_rows` the shard's start and own rows. `dim` is a problem size per shard
     (default: the shard's own rows times the first sharded argument's other axes), or a
     function of the `Shard` giving one, called for every shard before any launches."""
+    capture = recorder()
+    if capture is not None:  # one launch per device: a capture records one stream
+        capture.refuse(f"launch_sharded({kernel.name}), which launches on every shard's "
+                       "device (capture each device's launches in a thread of its own)")
     sharded = [a for a in args if isinstance(a, ShardedArray)]
     if not sharded:
         raise LaunchError(f"launch_sharded({kernel.name}): no argument is a ShardedArray")

@@ -22,7 +22,7 @@ and, by execution model (each has a driver in `kiln.execution.drivers`):
 Every optional capability is a protocol below, checked with `supports(obj, Protocol)` (an
 `isinstance` remembered per class) by the part of kiln that uses it, never looked up by
 name: `ZeroCopy`, `SubBuffers` and `PeerCopy` (allocator), `FastLaunch` and `RunsProgram`
-(launchables), `Partitionable`, `RawKernels`, `GraphCapture`, `CudaArrayInterop`,
+(launchables), `Partitionable`, `RawKernels`, `KernelGraphs`, `CudaArrayInterop`,
 `DLPackInterop` (backend). Everything else without a default is required: `device_handles`,
 the allocator's four methods, the queue's streams, and the model's part (a compiler's
 `generate_source` and `compile` and a loader's `load`; `execute`; `load_kernel`).
@@ -317,15 +317,21 @@ class RawKernels(Protocol):
                  options: KernelOptions) -> Launchable: ...
 
 
+GraphLaunch = tuple[Launchable, Dim3, Dim3, Sequence[Any]]
+"""One recorded launch of a `kiln.capture` graph: the launchable, grid, block and the device
+arguments its `launch` takes."""
+
+
 @runtime_checkable
-class GraphCapture(Protocol):
-    """`kiln.graph()`: record the launches queued on a stream, replay them with one call."""
+class KernelGraphs(Protocol):
+    """`kiln.capture` replayed as native graphs: each run of recorded launches becomes one
+    graph (None: not one this backend can build), whose nodes can be set again."""
 
-    def begin_capture(self, stream: Any) -> None: ...
+    def build_graph(self, device: Device, launches: Sequence[GraphLaunch]) -> Any | None: ...
 
-    def end_capture(self, stream: Any) -> Any: ...
+    def update_graph(self, graph: Any, index: int, launch: GraphLaunch) -> None: ...
 
-    def launch_graph(self, graph: Any, stream: Any) -> None: ...
+    def replay_graph(self, graph: Any, stream: Any) -> None: ...
 
 
 @runtime_checkable

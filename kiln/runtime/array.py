@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from ..framework.backend import (
 )
 from ..ir.hosttypes import kiln_type_of
 from ..ir.types import SCALAR_BY_DTYPE, ScalarType, VectorType
-from .device import DeviceNotFoundError, Event, stream_on
+from .device import DeviceNotFoundError, Event, not_recording, recorder, stream_on
 from .device import device as resolve_device
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ class DeviceArray:
                      ) -> np.ndarray:
         """Copy to a NumPy array (`out`, of this array's shape and dtype, C-contiguous and
         writeable, or a new one), waiting for the copy (and the work queued before it)."""
+        not_recording("reading a device array back (copy_to_host, numpy)")
         stream = stream_on(self.device, stream, "copy_to_host")
         out = np.empty(self.shape, self.dtype) if out is None else check_out(self, out)
         self.device.backend.allocator.copy_device_to_host(out, self.buffer, stream.handle)
@@ -120,6 +122,7 @@ class DeviceArray:
 
     def copy(self) -> DeviceArray:
         """A new C-contiguous device array with this one's contents."""
+        not_recording("array.copy()")
         out = empty(self.shape, self.dtype, self.device)
         stream = self.device.default_stream
         self.device.backend.allocator.copy_device_to_device(out.buffer, self.buffer, self.nbytes,
@@ -139,6 +142,7 @@ class DeviceArray:
         which waits for this array's device and then queues the upload. A copy to this
         array's own device on another stream first waits for its default stream on the host
         (kiln has no device-side wait between streams)."""
+        not_recording("array.to()")
         out = empty(self.shape, self.dtype, resolve_device(device))
         copy_array(out, self, stream)
         return out
@@ -146,8 +150,11 @@ class DeviceArray:
     def copy_from_host(self, src: np.ndarray, stream: Stream | None = None) -> None:
         """Queue a copy of `src` (of this array's shape; its values are converted to this
         array's dtype, as NumPy assignment does) on `stream`, a stream of this device."""
+        found = recorder()
+        if found is not None and stream is None and found.stream.device is self.device:
+            stream = found.stream  # as a launch inside a capture: on the capture's stream
         stream = stream_on(self.device, stream, "copy_from_host")
-        src = np.asarray(src)
+        src = original = np.asarray(src)
         if src.shape != self.shape:
             raise CopyError(f"copy_from_host: a source of shape {src.shape} into a device "
                             f"array of shape {self.shape}: the shapes must match")
@@ -156,7 +163,15 @@ class DeviceArray:
         except (TypeError, ValueError) as exc:  # strings, objects: NumPy's raw message
             raise TypeError(f"cannot copy {src.dtype} values into a {self.dtype} device "
                             f"array ({exc})") from None
-        self.device.backend.allocator.copy_host_to_device(self.buffer, src, stream.handle)
+        if found is None:
+            self.device.backend.allocator.copy_host_to_device(self.buffer, src, stream.handle)
+            return
+        if src is not original:  # a converted copy: replays would copy stale values
+            found.refuse(f"copy_from_host of a {original.dtype} array that is not a "
+                         f"C-contiguous {self.dtype} array of shape {self.shape} (a replay "
+                         "reads the NumPy array itself: pass one the copy can read as is)")
+        copy = self.device.backend.allocator.copy_host_to_device
+        found.record_copy(stream, functools.partial(copy, self.buffer, src), "copy_from_host")
 
 
 def check_out(array: DeviceArray | Any, out: Any) -> np.ndarray:
@@ -280,6 +295,7 @@ def to_device(array: Any, device: Device | str | None = None,
     CuPy's `asarray` do (`as_device_array` shares instead).
     Without a stream the copy has finished on return, so launches on any stream see it;
     with one it is queued there."""
+    not_recording("kiln.to_device (allocate and fill arrays before the capture)")
     dev = resolve_device(device)
     queue = stream_on(dev, stream, "kiln.to_device")
     if isinstance(array, DeviceArrayView):  # not one block of memory: through the host
@@ -349,6 +365,7 @@ def stage_host(array: np.ndarray, device: Device, stream: Stream | None = None) 
 
 def full(shape: int | tuple[int, ...], value: Any, dtype: Any = np.float32,
          device: Device | str | None = None) -> DeviceArray:
+    not_recording("kiln.full or kiln.zeros (allocate and fill arrays before the capture)")
     dims, dt = _layout(shape, dtype)
     _check_fill(value, dt)
     dev = resolve_device(device)
@@ -444,6 +461,7 @@ class DeviceArrayView(DeviceArray):
 
     def copy_to_host(self, out: np.ndarray | None = None, stream: Stream | None = None
                      ) -> np.ndarray:
+        not_recording("reading a device array back (copy_to_host, numpy)")
         stream = stream_on(self.device, stream, "copy_to_host")
         if out is not None:
             check_out(self, out)

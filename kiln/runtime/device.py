@@ -7,7 +7,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from .. import settings
 from ..errors import DeviceMismatchError
@@ -17,6 +17,44 @@ from ..stdio import flush as flush_c_stdout
 
 if TYPE_CHECKING:
     from .status import StatusWatch
+
+
+class Recorder(Protocol):
+    """A capture recording its thread's work (`kiln.capture`, kiln.execution.capture): the
+    launch engine hands it launches, the runtime host-to-device copies and what it refuses."""
+
+    stream: Stream  # where launches and copies without stream= go
+
+    def refuse(self, doing: str) -> NoReturn: ...
+
+    def record_copy(self, stream: Stream, copy: Callable[[Any], None], doing: str) -> None: ...
+
+    def record_launch(self, kernel: Any, grid: Any, block: Any, args: Any, device: Any,
+                      stream: Any) -> None: ...
+
+    def record_bound(self, name: str, bound: Any) -> None: ...
+
+
+class _Recording(threading.local):
+    recorder: Recorder | None = None
+
+
+RECORDING = _Recording()
+"""The capture recording the calling thread's work, if any (one per thread)."""
+CAPTURES = [0]
+"""How many captures are recording, in any thread: launch plans decline while there is one."""
+
+
+def recorder() -> Recorder | None:
+    """The capture recording this thread's work, if any."""
+    return RECORDING.recorder if CAPTURES[0] else None
+
+
+def not_recording(doing: str) -> None:
+    """Refuse work that waits or reads back inside a capture (it cannot be replayed)."""
+    found = recorder()
+    if found is not None:
+        found.refuse(doing)
 
 
 _DEFAULT_STREAM_LOCK = threading.Lock()
@@ -80,6 +118,7 @@ class Device:
     def synchronize(self) -> None:
         """Wait for all work queued on this device, on dropped streams too (and raise a
         failed run-time check)."""
+        not_recording(f"{self.name}.synchronize()")
         with self._dropped_lock:
             dropped = self._take_dropped()
         queue = self.backend.queue
@@ -137,6 +176,7 @@ class Stream:
 
     def synchronize(self) -> None:
         """Wait for the work queued on this stream (and raise a failed run-time check)."""
+        not_recording("stream.synchronize()")
         settle(lambda: self.device.backend.queue.synchronize_stream(self.handle),
                self.take_pending)
 
@@ -148,6 +188,7 @@ class Stream:
         complete, so nothing waits."""
         if not isinstance(event, Event):
             raise TypeError(f"wait_event takes a kiln.Event, got {type(event).__name__}")
+        not_recording("stream.wait_event()")
         if event.device is not self.device:
             raise DeviceMismatchError(
                 f"a stream of {self.device.name} cannot wait for an event of "
@@ -177,6 +218,7 @@ class Event:
         self._watches: list[StatusWatch] = []
 
     def record(self, stream: Stream | None = None) -> Event:
+        not_recording("event.record()")
         stream = stream_on(self.device, stream, f"recording an event of {self.device.name}")
         self.device.backend.queue.record_event(self.handle, stream.handle)
         self._recorded = True
@@ -186,6 +228,7 @@ class Event:
     def synchronize(self) -> None:
         """Wait for the work before the event (and raise a failed run-time check of the
         launches before it; reading their status waits for the stream's work)."""
+        not_recording("event.synchronize()")
         if not self._recorded:
             return
 
@@ -206,6 +249,7 @@ class Event:
         negative time (the usual cause: the events swapped, `end.elapsed_time(start)`)."""
         if not isinstance(end, Event):
             raise TypeError(f"elapsed_time takes the end kiln.Event, got {type(end).__name__}")
+        not_recording("event.elapsed_time()")
         if end.device is not self.device:
             raise DeviceMismatchError(
                 f"elapsed_time measures between events of one device: the start is on "

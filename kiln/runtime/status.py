@@ -33,7 +33,9 @@ class StatusWatch:
         self.stream = weakref.ref(stream)  # a watch, kept per stream, never keeps it alive
         self.device, self.handle = stream.device, stream.handle
         self.array: DeviceArray = empty(STATUS_WORDS, np.int32, stream.device)
-        self.array.copy_from_host(np.zeros(STATUS_WORDS, np.int32), stream)
+        zeros = np.zeros(STATUS_WORDS, np.int32)  # at once, even inside a capture
+        stream.device.backend.allocator.copy_host_to_device(self.array.buffer, zeros,
+                                                            stream.handle)
 
     def arm(self) -> None:
         """Have the stream's next synchronisation check this status (after a launch)."""

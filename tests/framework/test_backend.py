@@ -48,7 +48,7 @@ def test_builtin_backends_declare_their_optional_protocols() -> None:
 
     kb = kiln.backend
     assert isinstance(cpu.allocator, kb.ZeroCopy) and isinstance(opencl.allocator, kb.ZeroCopy)
-    for protocol in (kb.RawKernels, kb.GraphCapture, kb.CudaArrayInterop, kb.DLPackInterop):
+    for protocol in (kb.RawKernels, kb.KernelGraphs, kb.CudaArrayInterop, kb.DLPackInterop):
         assert isinstance(cuda, protocol) and not isinstance(cpu, protocol)
     from kiln.builtin_backends.cuda.launch import Routine
     from kiln.builtin_backends.opencl.launch import OpenCLKernel

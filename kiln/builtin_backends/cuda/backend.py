@@ -17,6 +17,7 @@ from ...backend import (
     Capabilities,
     CompiledKernel,
     DeviceKind,
+    GraphLaunch,
     JITBackend,
     Loader,
     Queue,
@@ -30,6 +31,7 @@ from ...options import KernelOptions
 from . import interop, nvrtc
 from .dialect import DYNAMIC_SHARED, CudaEmitter
 from .driver import Context, api, check, probe
+from .graphs import KernelGraph, build_graph
 from .launch import Routine, load_module, raw_layout
 from .memory import Buffer, PinnedStaging
 
@@ -70,21 +72,6 @@ class StreamHandle:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             api().cuStreamDestroy(self.stream)
-
-
-class GraphHandle:
-    """A captured CUDA graph and its executable instance."""
-
-    __slots__ = ("graph", "exec")
-
-    def __init__(self, graph: Any) -> None:
-        self.graph = graph
-        self.exec = check(api().cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            api().cuGraphExecDestroy(self.exec)
-            api().cuGraphDestroy(self.graph)
 
 
 class EventHandle:
@@ -281,7 +268,7 @@ class CudaQueue(Queue):
 class CudaBackend(JITBackend):
     """NVIDIA GPUs: CUDA C++ from the shared emitter, NVRTC to cubin, cuda-bindings driver.
 
-    Optional protocols: `RawKernels`, `GraphCapture`, `CudaArrayInterop`, `DLPackInterop`;
+    Optional protocols: `RawKernels`, `KernelGraphs`, `CudaArrayInterop`, `DLPackInterop`;
     its routines are `FastLaunch`."""
 
     name = "cuda"
@@ -323,19 +310,15 @@ class CudaBackend(JITBackend):
                                    contract=options.contract).image
         return Routine(context, load_module(context, image), name, layout=raw_layout)
 
-    # ---- graphs (kiln.graph)
-    def begin_capture(self, stream: StreamHandle) -> None:
-        drv = api()
-        stream.context.activate()
-        mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-        check(drv.cuStreamBeginCapture(stream.stream, mode), "cuStreamBeginCapture")
+    # ---- kiln.capture's graphs (kiln.backend.KernelGraphs: kiln/builtin_backends/cuda/graphs.py)
+    def build_graph(self, device: Device, launches: Sequence[GraphLaunch]) -> KernelGraph | None:
+        return build_graph(device.handle, launches)
 
-    def end_capture(self, stream: StreamHandle) -> GraphHandle:
-        graph = check(api().cuStreamEndCapture(stream.stream), "cuStreamEndCapture")
-        return GraphHandle(graph)
+    def update_graph(self, graph: KernelGraph, index: int, launch: GraphLaunch) -> None:
+        graph.update(index, launch)
 
-    def launch_graph(self, graph: GraphHandle, stream: StreamHandle) -> None:
-        check(api().cuGraphLaunch(graph.exec, stream.stream), "cuGraphLaunch")
+    def replay_graph(self, graph: KernelGraph, stream: StreamHandle) -> None:
+        graph.launch(stream)
 
     # ---- interop (see kiln.runtime.array.DeviceArray)
     cuda_array_interface = staticmethod(interop.cuda_array_interface)

@@ -130,10 +130,15 @@ class Routine:
     def launch(self, grid: Dim3, block: Dim3, args: Sequence[Any], stream: Any) -> None:
         """Pack (into this routine's block, laid out at the first launch) and launch on
         `stream` (a kiln `StreamHandle`)."""
+        self.call(grid, block, self.pack(args), stream.stream)
+
+    def pack(self, args: Sequence[Any]) -> int:
+        """Pack `args` into this routine's parameter block (laid out at the first call);
+        the address of its pointer array, which the driver copies from at a launch."""
         if self._pack is None:
             self._block, self._pack = _generate(self.layout(args), "", {})
         self._pack(args)
-        self.call(grid, block, self._block.address, stream.stream)
+        return self._block.address
 
     def call(self, grid: Dim3, block: Dim3, params: int, stream: Any) -> None:
         err, = api().cuLaunchKernel(self.function, *grid, *block, self.shared_bytes, stream,

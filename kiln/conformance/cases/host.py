@@ -86,3 +86,33 @@ def device_array_views(device):
     expected[4] *= 2
     assert_equal(d.numpy(), expected, "the array after a kernel scaled its row view")
     assert_equal(d[:, 1].copy().numpy(), expected[:, 1], "a copied column")
+
+
+@kiln.kernel
+def shift(x: f32[:], by: f32, n: i32):
+    i = kiln.global_id(0)
+    if i < n:
+        x[i] = x[i] + by
+
+
+@case()
+def captured_launches_replay(device):
+    """kiln.capture records launches and a host copy without running them; each replay runs
+    them in order, with a kiln.Param and one launch's grid changed between replays (through
+    the backend's KernelGraphs where it has them)."""
+    n = 300
+    host = np.arange(n, dtype=np.float32)
+    x = kiln.zeros(n, f32, device)
+    with kiln.capture(device) as graph:
+        x.copy_from_host(host)
+        shift[blocks(n, 64), 64](x, kiln.Param("by", 1.0), n)
+        scale[1, 64](x, 2.0, n)  # the first 64 elements only
+    assert_equal(x.numpy(), np.zeros(n, np.float32), "x before any replay")
+    graph.replay()
+    expected = host + 1
+    expected[:64] *= 2
+    assert_equal(x.numpy(), expected, "x after a replay")
+    host[:] = 7.0  # the recorded copy reads the NumPy array at each replay
+    graph.update(graph.launches[1], grid=blocks(n, 64))  # now all of x
+    graph.replay(by=-3.0)
+    assert_equal(x.numpy(), np.full(n, 8.0, np.float32), "x after updates and a replay")
