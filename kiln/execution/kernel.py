@@ -155,7 +155,10 @@ class Kernel(Compilable):
             launcher = self._launchers.get(config)
         except TypeError:  # an unhashable grid or block (a list)
             launcher = None
-        if launcher is not None:  # first: this lookup is all a repeated launch pays
+        # first: this lookup is all a repeated launch pays; an equal configuration of other
+        # types (2.0 for 2) must not get the launcher of another (the full path refuses it)
+        if launcher is not None and (launcher.config is config
+                                     or _same_form(launcher.config, config)):
             return launcher
         if isinstance(config, Dim) or (isinstance(config, tuple) and len(config) == 2
                                        and isinstance(config[0], Dim)):
@@ -165,6 +168,7 @@ class Kernel(Compilable):
             raise TypeError(f"write {self.name}[grid, block], {self.name}[grid, block, stream] "
                             f"or {self.name}[kiln.dim(n)]")
         launcher = Launcher(self, *config)
+        launcher.config = config  # the very object: the next lookup's `is` test
         with contextlib.suppress(TypeError):
             if len(self._launchers) >= MAX_LAUNCHERS:
                 self._launchers.clear()
@@ -229,6 +233,17 @@ class Kernel(Compilable):
         return specialize(self.launch_state, self._types(types), resolve_device(device))
 
 
+def _same_form(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two equal launch configurations also have the same types, item by item
+    (and inside tuple items)."""
+    for x, y in zip(a, b):
+        if type(x) is not type(y):
+            return False
+        if type(x) is tuple and any(type(p) is not type(q) for p, q in zip(x, y)):
+            return False
+    return True
+
+
 def _exact_size(dim: Any) -> bool:
     """Whether `dim` is a `kiln.dim`, an int or a tuple of ints (no bool, float or list)."""
     kind = type(dim)
@@ -274,11 +289,12 @@ class SizedKernel(Kernel):
 class Launcher:
     """`kernel[grid, block]` or `kernel[grid, block, stream]`, ready to be called."""
 
-    __slots__ = ("kernel", "grid", "block", "stream", "plan")
+    __slots__ = ("kernel", "grid", "block", "stream", "plan", "config")
 
     def __init__(self, kernel: Kernel, grid: Any, block: Any, stream: Stream | None = None):
         self.kernel, self.grid, self.block, self.stream = kernel, grid, block, stream
         self.plan: Plan | None = kernel.launch_plans.get(plan_key(None, stream))
+        self.config: tuple[Any, ...] = (grid, block) if stream is None else (grid, block, stream)
 
     def __call__(self, *args: Any) -> None:
         plan = self.plan  # the fast path (execution.fastpath); it declines what it cannot run

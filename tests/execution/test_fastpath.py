@@ -60,6 +60,10 @@ def test_dimensions_the_plan_declines_still_get_the_full_paths_answer(backend: s
         fill_index[0, 64](out, n, 1.0)
     with pytest.raises(kiln.LaunchError, match="grid must be an int or a tuple"):
         fill_index[(1, 2, 3, 4), 64](out, n, 1.0)
+    for grid in (2.0, (2.0, 1)):  # equal to a grid that ran, but refused as the full path does
+        with pytest.raises(kiln.LaunchError, match="grid must be an int or a tuple"):
+            fill_index[grid, 64](out, n, 1.0)
+    fill_index[(2, 1), 64](out, n, 1.0)  # and the valid one still runs after them
     for grid in (np.int64(3), [3], (np.int32(3), 1)):  # other forms: converted, then run
         out = kiln.zeros(n, f32, dev)
         fill_index[grid, 64](out, n, 2.0)
