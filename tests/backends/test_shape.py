@@ -47,7 +47,9 @@ def test_backend_class_lives_in_backend_py(package: str) -> None:
 @pytest.mark.parametrize("package", PACKAGES)
 def test_emitters_live_in_dialect_py(package: str) -> None:
     for path in (ROOT / package).glob("*.py"):
-        module = __import__(f"kiln.builtin_backends.{package}.{path.stem}", fromlist=["_"])
+        name = f"kiln.builtin_backends.{package}"  # `pkg.__init__` would run it a second time
+        module = __import__(name if path.stem == "__init__" else f"{name}.{path.stem}",
+                            fromlist=["_"])
         emitters = [name for name in _classes(ast.parse(path.read_text()))
                     if isinstance(getattr(module, name), type)
                     and issubclass(getattr(module, name), CEmitter)]
@@ -59,7 +61,9 @@ def test_library_targets_live_in_library_py(package: str) -> None:
     """A backend's target of `kiln build --emit library` is its own code, beside its
     dialect; what every target shares is `kiln.aot`'s."""
     for path in (ROOT / package).glob("*.py"):
-        module = __import__(f"kiln.builtin_backends.{package}.{path.stem}", fromlist=["_"])
+        name = f"kiln.builtin_backends.{package}"  # `pkg.__init__` would run it a second time
+        module = __import__(name if path.stem == "__init__" else f"{name}.{path.stem}",
+                            fromlist=["_"])
         targets = [name for name in _classes(ast.parse(path.read_text()))
                    if isinstance(getattr(module, name), type)
                    and issubclass(getattr(module, name), LibraryTarget)]
