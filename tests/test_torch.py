@@ -234,10 +234,11 @@ def test_cuda_operator_under_inductor_and_gradcheck(dtype: torch.dtype) -> None:
 def test_cuda_launch_is_queued_on_the_current_stream_without_waiting() -> None:
     require_cuda()
     x = torch.zeros(1 << 20, device="cuda")
+    kiln.torch.launch(scale_in_place, dim=x.numel(), args=(x, np.float32(2), x.numel()))
     side = torch.cuda.Stream()
-    torch.cuda.synchronize()
+    torch.cuda.synchronize()  # compiled and loaded: the launch below only queues
     with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)  # keeps `side` busy for a while
+        torch.cuda._sleep(1_000_000_000)  # keeps `side` busy for about half a second
         x.fill_(3.0)
         kiln.torch.launch(scale_in_place, dim=x.numel(), args=(x, np.float32(2), x.numel()))
         assert not side.query()  # the launch returned while the stream was still busy
