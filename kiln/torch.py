@@ -27,6 +27,8 @@ except ImportError as exc:  # the module is the kiln[torch] extra
 from .builtin_backends.cuda.driver import api as cuda_api
 from .builtin_backends.cuda.memory import Buffer
 from .errors import DeviceMismatchError, LaunchError
+from .execution.executor import bind_arguments
+from .execution.kernel import Kernel
 from .execution.kernel import launch as kiln_launch
 from .ir.types import SCALAR_BY_DTYPE, bf16
 from .runtime.array import DeviceArray
@@ -125,7 +127,8 @@ def launch(kernel: Any, grid: Any = None, block: Any = None, args: Sequence[Any]
     place = _placement(name, tensors)
     _check_backend(name, place, backend)
     if any(is_fake(t) or t.is_meta for _, t in tensors):
-        return  # the fake implementation: shapes only
+        _check_types(kernel, args)  # the fake implementation: checks, shapes, no launch
+        return
     dev = _kiln_device(name, place, backend)
     stream = _current_stream(dev, place) if place.type == "cuda" else None
     converted = [_as_kiln(a, dev) if isinstance(a, torch.Tensor) else a for a in args]
@@ -146,6 +149,18 @@ def _check_tensor(name: str, position: int, t: torch.Tensor) -> None:
         raise LaunchError(f"{where}: a tensor with strides {tuple(t.stride())} (shape "
                           f"{tuple(t.shape)}) is not contiguous; kernels index C-contiguous "
                           "memory, pass t.contiguous()")
+
+
+def _check_types(kernel: Any, args: Sequence[Any]) -> None:
+    """Check the arguments against the kernel's parameters without launching, so that
+    `torch.compile` reports a wrong element type while it traces: tensors stand in as empty
+    NumPy arrays of their rank and dtype, symbolic numbers as 0."""
+    if not isinstance(kernel, Kernel):
+        return  # an autotuned kernel's checks are its candidates'
+    stand_ins = [np.empty((0,) * a.ndim, _DTYPES[a.dtype]) if isinstance(a, torch.Tensor)
+                 else 0 if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool))
+                 else a for a in args]
+    bind_arguments(kernel.launch_state, stand_ins)
 
 
 def _placement(name: str, tensors: list[tuple[int, torch.Tensor]]) -> torch.device:

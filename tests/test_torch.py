@@ -165,6 +165,17 @@ def test_wrong_element_type_is_a_launch_error() -> None:
     x = torch.ones(4, dtype=torch.float64)
     with pytest.raises(kiln.LaunchError, match="float64"):
         copy_op(x)
+    with FakeTensorMode(), pytest.raises(kiln.LaunchError, match="float64"):
+        copy_op(torch.empty(4, dtype=torch.float64))  # what torch.compile traces
+
+
+def test_compile_reports_a_wrong_element_type_while_tracing() -> None:
+    counter = CompileCounter()
+    compiled = torch.compile(lambda x: copy_op(x) + 1, backend=counter, fullgraph=True)
+    # Dynamo reports what the fake implementation raised in a RuntimeError of its own
+    with pytest.raises(RuntimeError, match=r"LaunchError.*argument 'x' \(#1\) of copy_f32"):
+        compiled(torch.ones(4, dtype=torch.float64))
+    assert counter.frame_count == 0  # refused while tracing, before any graph ran
 
 
 def test_element_type_kiln_lacks_is_refused() -> None:
