@@ -20,7 +20,7 @@ import numpy as np
 
 try:
     import torch
-    from torch._subclasses.fake_tensor import is_fake
+    from torch._subclasses.fake_tensor import FakeTensor
 except ImportError as exc:  # the module is the kiln[torch] extra
     raise ImportError("kiln.torch needs PyTorch: pip install 'kiln[torch]'") from exc
 
@@ -126,7 +126,7 @@ def launch(kernel: Any, grid: Any = None, block: Any = None, args: Sequence[Any]
         _check_tensor(name, i, t)
     place = _placement(name, tensors)
     _check_backend(name, place, backend)
-    if any(is_fake(t) or t.is_meta for _, t in tensors):
+    if any(isinstance(t, FakeTensor) or t.is_meta for _, t in tensors):
         _check_types(kernel, args)  # the fake implementation: checks, shapes, no launch
         return
     dev = _kiln_device(name, place, backend)
@@ -200,8 +200,8 @@ def _kiln_device(name: str, place: torch.device, backend: str | None) -> Device:
 def _as_kiln(t: torch.Tensor, dev: Device) -> Any:
     """The tensor's memory as a kiln argument, without a copy."""
     dtype = _DTYPES[t.dtype]
-    t = t.detach()
     if t.device.type == "cpu":
+        t = t.detach()
         if t.dtype == torch.bfloat16:  # NumPy has no bfloat16: view its bits
             return t.view(torch.int16).numpy().view(dtype)
         return t.numpy()
@@ -236,7 +236,7 @@ _STREAMS_LOCK = threading.Lock()
 
 def _current_stream(dev: Device, place: torch.device) -> Stream:
     """PyTorch's current stream on `place`, as a kiln Stream (one per stream, kept)."""
-    raw = int(torch.cuda.current_stream(place).cuda_stream)
+    raw = torch._C._cuda_getCurrentRawStream(place.index or 0)  # what inductor's code calls
     key = (dev.name, raw)
     with _STREAMS_LOCK:
         stream = _STREAMS.get(key)
