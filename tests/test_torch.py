@@ -8,7 +8,7 @@ import pytest
 
 import kiln
 from kiln import f32, i32
-from tests.helpers import backend_entry
+from tests.helpers import backend_entry, run_python
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'kiln[torch]')")
 from torch import Tensor  # noqa: E402
@@ -97,6 +97,16 @@ def copy_op(x: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------- launches
+
+
+@pytest.mark.slow
+def test_importing_kiln_imports_neither_torch_nor_jax() -> None:
+    done = run_python("import sys, kiln, kiln.examples, numpy as np\n"
+                      "kiln.launch(kiln.examples.vector_add, dim=4, args=(np.ones(4, np.float32),"
+                      " np.ones(4, np.float32), np.zeros(4, np.float32), 4), device='interp')\n"
+                      "print(sorted({'torch', 'jax', 'jaxlib'} & set(sys.modules)))")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("backend", HOST_BACKENDS)
