@@ -268,6 +268,24 @@ def test_cuda_launch_is_queued_on_the_current_stream_without_waiting() -> None:
 
 
 @pytest.mark.gpu
+def test_cuda_graphs_capture_the_operator() -> None:
+    """torch.compile(mode="reduce-overhead") records the operator's launch in a CUDA graph
+    (the launch queues on the capturing stream and neither allocates nor waits)."""
+    require_cuda()
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    compiled = torch.compile(lambda t: row_softmax(t) * 2, mode="reduce-overhead",
+                             fullgraph=True)
+    x = torch.randn(32, 16, device="cuda")
+    for _ in range(3):  # warm-up, recording, replay
+        compiled(x)
+    x.copy_(torch.randn(32, 16, device="cuda"))
+    torch.testing.assert_close(compiled(x), torch.softmax(x, dim=1) * 2)
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+
+
+@pytest.mark.gpu
 def test_cuda_refusals_on_real_tensors() -> None:
     require_cuda()
     cpu, gpu_x = torch.ones(4), torch.ones(4, device="cuda")
