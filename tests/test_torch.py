@@ -34,6 +34,14 @@ def copy_f32(x: f32[:], out: f32[:], n: i32):
         out[i] = x[i]
 
 
+@kiln.autotune(configs=[kiln.Config({"THREADS": t}, block=t) for t in (32, 64)], key=["n"])
+@kiln.kernel
+def double_tuned(x: f32[:], out: f32[:], n: i32, THREADS: kiln.constexpr):
+    i = kiln.global_id(0)
+    if i < n:
+        out[i] = x[i] * 2.0
+
+
 @kiln.kernel
 def row_softmax_kernel(x, out, rows: i32, cols: i32):
     r = kiln.global_id(0)
@@ -131,6 +139,15 @@ def test_bfloat16_tensors_launch() -> None:
     x = torch.arange(6, dtype=torch.bfloat16)
     kiln.torch.launch(scale_in_place, dim=6, args=(x, kiln.bf16(2), 6), backend="interp")
     assert torch.equal(x, torch.arange(6, dtype=torch.bfloat16) * 2)
+
+
+def test_autotuned_kernels_launch_and_fake_launches_skip_them() -> None:
+    x, out = torch.arange(100, dtype=torch.float32), torch.zeros(100)
+    grid = lambda cfg: (100 + cfg.block - 1) // cfg.block  # noqa: E731
+    kiln.torch.launch(double_tuned, grid=grid, args=(x, out, 100), backend="interp")
+    assert torch.equal(out, x * 2)
+    with FakeTensorMode():
+        kiln.torch.launch(double_tuned, grid=grid, args=(torch.empty(100), torch.empty(100), 100))
 
 
 # ---------------------------------------------------------------- operators
