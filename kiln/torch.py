@@ -41,6 +41,8 @@ _DTYPES: dict[torch.dtype, np.dtype] = {
     torch.bool: np.dtype(np.bool_), torch.int8: np.dtype(np.int8),
     torch.int16: np.dtype(np.int16), torch.int32: np.dtype(np.int32),
     torch.int64: np.dtype(np.int64), torch.uint8: np.dtype(np.uint8),
+    torch.uint16: np.dtype(np.uint16), torch.uint32: np.dtype(np.uint32),
+    torch.uint64: np.dtype(np.uint64),
     torch.float16: np.dtype(np.float16), torch.float32: np.dtype(np.float32),
     torch.float64: np.dtype(np.float64), torch.bfloat16: bf16.dtype,
 }

@@ -135,10 +135,12 @@ def test_cpu_tensors_are_shared_not_copied() -> None:
     assert base.tolist() == [2.5] * 4 + [1.0] * 4
 
 
-def test_bfloat16_tensors_launch() -> None:
-    x = torch.arange(6, dtype=torch.bfloat16)
-    kiln.torch.launch(scale_in_place, dim=6, args=(x, kiln.bf16(2), 6), backend="interp")
-    assert torch.equal(x, torch.arange(6, dtype=torch.bfloat16) * 2)
+@pytest.mark.parametrize(("dtype", "factor"), [(torch.bfloat16, kiln.bf16(2)),
+                                               (torch.uint32, np.uint32(2))])
+def test_bfloat16_and_unsigned_tensors_launch(dtype: torch.dtype, factor: object) -> None:
+    x = torch.ones(6, dtype=dtype)
+    kiln.torch.launch(scale_in_place, dim=6, args=(x, factor, 6), backend="interp")
+    assert torch.equal(x, torch.full((6,), 2, dtype=dtype))
 
 
 def test_autotuned_kernels_launch_and_fake_launches_skip_them() -> None:
