@@ -180,6 +180,22 @@ def test_compile_traces_the_operator_without_a_graph_break() -> None:
     assert counter.frame_count == 1
 
 
+def test_compile_with_dynamic_shapes_and_backward() -> None:
+    """The wrapper runs on symbolic shapes (the launch's sizes are SymInts): one graph
+    serves every size, and its backward calls the backward operator."""
+    counter = CompileCounter()
+    compiled = torch.compile(lambda t: row_softmax(t) + 1, backend=counter, dynamic=True,
+                             fullgraph=True)
+    for rows in (3, 5, 9):
+        x = torch.randn(rows, 7, dtype=torch.float64, requires_grad=True)
+        y = compiled(x)
+        torch.testing.assert_close(y, torch.softmax(x, dim=1) + 1)
+        (grad,) = torch.autograd.grad((y * y).sum(), x)
+        (expected,) = torch.autograd.grad(((torch.softmax(x, dim=1) + 1) ** 2).sum(), x)
+        torch.testing.assert_close(grad, expected)
+    assert counter.frame_count == 1
+
+
 def test_fake_tensors_give_shapes_without_launching() -> None:
     with FakeTensorMode():
         x = torch.empty(3, 4)
