@@ -104,6 +104,11 @@ def copy_op(x: Tensor) -> Tensor:
     return out
 
 
+@kiln.torch.op("kiln_tests::scale_", mutates_args=("x",))
+def scale_(x: Tensor, k: float) -> None:
+    kiln.torch.launch(scale_in_place, dim=x.numel(), args=(x.view(-1), k, x.numel()))
+
+
 # ---------------------------------------------------------------- launches
 
 
@@ -194,6 +199,18 @@ def test_compile_with_dynamic_shapes_and_backward() -> None:
         (expected,) = torch.autograd.grad(((torch.softmax(x, dim=1) + 1) ** 2).sum(), x)
         torch.testing.assert_close(grad, expected)
     assert counter.frame_count == 1
+
+
+def test_an_operator_that_writes_its_input() -> None:
+    x = torch.ones(2, 3, dtype=torch.float64)
+    scale_(x, 3.0)
+    assert torch.equal(x, torch.full((2, 3), 3.0, dtype=torch.float64))
+    compiled = torch.compile(lambda t: (scale_(t, 2.0), t + 1)[1], backend="aot_eager",
+                             fullgraph=True)
+    torch.testing.assert_close(compiled(x), torch.full((2, 3), 7.0, dtype=torch.float64))
+    assert torch.equal(x, torch.full((2, 3), 6.0, dtype=torch.float64))
+    result = torch.library.opcheck(scale_.default, (torch.ones(4, dtype=torch.float64), 2.0))
+    assert set(result.values()) == {"SUCCESS"}, result
 
 
 def test_fake_tensors_give_shapes_without_launching() -> None:
