@@ -106,8 +106,9 @@ class JaxOp:
                                  vmap_method=self.vmap_method)
 
     def _host(self, *arrays: Any) -> Any:
-        """What XLA calls: the wrapper on the arguments' memory, as NumPy arrays."""
-        return self.wrapper(*(np.asarray(a) for a in arrays))
+        """What XLA calls: the wrapper on the arguments' memory, as read-only NumPy arrays
+        (JAX arrays are immutable, whichever JAX version hands them over)."""
+        return self.wrapper(*(_read_only(a) for a in arrays))
 
     def _forward_saving(self, *args: Any) -> tuple[Any, tuple[Any, ...]]:
         return self._forward(*args), args
@@ -123,6 +124,12 @@ class JaxOp:
             raise LaunchError(f"the backward of kiln.jax op {self.name} returned "
                               f"{len(grads)} gradients for {len(inputs)} inputs")
         return grads
+
+
+def _read_only(a: Any) -> np.ndarray:
+    view = np.asarray(a).view()
+    view.flags.writeable = False
+    return view
 
 
 def _dtype(a: Any) -> np.dtype:
