@@ -10,7 +10,7 @@ import pytest
 
 import kiln
 from kiln import f32, i32
-from tests.helpers import backend_entry
+from tests.helpers import backend_entry, run_python
 
 jax = pytest.importorskip("jax", reason="JAX is not installed (pip install 'kiln[jax]')")
 import jax.numpy as jnp  # noqa: E402
@@ -72,6 +72,13 @@ def square_without_backward(x: np.ndarray) -> np.ndarray:
     out = np.empty_like(x)
     kiln.jax.launch(square_f32, dim=x.size, args=(x, out, x.size))
     return out
+
+
+@pytest.mark.slow
+def test_without_jax_the_import_says_which_extra() -> None:
+    done = run_python("import sys\nsys.modules['jax'] = None  # as if not installed\n"
+                      "import kiln.jax")
+    assert "kiln.jax needs" in done.stderr and "pip install 'kiln[jax]'" in done.stderr
 
 
 @pytest.mark.parametrize("backend", ["cpu", "interp", "opencl"])

@@ -109,6 +109,13 @@ def scale_(x: Tensor, k: float) -> None:
     kiln.torch.launch(scale_in_place, dim=x.numel(), args=(x.view(-1), k, x.numel()))
 
 
+@pytest.mark.slow
+def test_without_torch_the_import_says_which_extra() -> None:
+    done = run_python("import sys\nsys.modules['torch'] = None  # as if not installed\n"
+                      "import kiln.torch")
+    assert "kiln.torch needs" in done.stderr and "pip install 'kiln[torch]'" in done.stderr
+
+
 # ---------------------------------------------------------------- launches
 
 
