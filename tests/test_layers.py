@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("contract API", ("kiln.backend",)),
     ("codegen", ("kiln.codegen",)),
     ("backends", ("kiln.builtin_backends",)),
-    ("actions", ("kiln.aot.build", "kiln.dask")),
+    ("actions", ("kiln.aot.build", "kiln.dask", "kiln.torch", "kiln.jax")),
     ("public API", ("kiln",)),
     ("tools", ("kiln.conformance", "kiln.examples", "kiln.demo", "kiln.benchplot")),
     ("entry points", ("kiln.cli", "kiln.__main__")),
@@ -40,7 +40,7 @@ UNITS: tuple[str, ...] = (
     "kiln.ir.passes", "kiln.lang", "kiln.framework", "kiln.runtime", "kiln.execution",
     "kiln.backend", "kiln.codegen", "kiln.builtin_backends", "kiln.builtin_backends.cpu",
     "kiln.builtin_backends.cuda", "kiln.builtin_backends.interp", "kiln.builtin_backends.opencl",
-    "kiln.aot", "kiln.dask", "kiln.conformance",
+    "kiln.aot", "kiln.dask", "kiln.torch", "kiln.jax", "kiln.conformance",
     "kiln.examples", "kiln.demo", "kiln.benchplot", "kiln.cli", "kiln.__main__",
 )
 """The packages (and top-level modules) between which no import cycle may exist."""

@@ -1,0 +1,28 @@
+"""docs/pytorch.md's whole example runs as a program: the operator against PyTorch,
+gradcheck, opcheck, and a model calling it compiled with `torch.compile(fullgraph=True)`
+(inductor, which compiles C++ on the CPU) and trained for a few steps."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "pytorch.md").read_text(), re.S)
+
+
+def test_the_whole_example_trains_a_compiled_model(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'kiln[torch]')")
+    program = tmp_path / "pytorch_example.py"
+    program.write_text(EXAMPLES[-1])
+    done = subprocess.run([sys.executable, str(program)], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok"), done.stdout
