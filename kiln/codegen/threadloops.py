@@ -34,8 +34,9 @@ from ..ir.passes import InternalError
 from ..ir.types import ArrayType, i32, i64
 from ..ir.visit import handles, walk
 from .emitter import BINARY_PREC, CEmitter, CExpr
+from .guards import ThreadGuard, thread_guard
 from .helpers import C_HELPERS, HelperTemplate
-from .regions import plan_region
+from .regions import initialisations, plan_region
 from .threadloop_intrinsics import ATOMIC_HELPERS
 
 AXES = "xyz"
@@ -67,15 +68,20 @@ INCLUDES = """\
 """
 
 THREAD_LOOP_MACROS = (
-    ("", "", "Runs the statement after it once per thread of the block, x fastest. SIMT "
-     "threads of a\n   region have no ordering between them, so the x loop may run as SIMD "
-     "lanes."),
-    ("_ANY", " reduction(|:kiln_any)", "The same, or-reducing kiln_any (set by the threads "
-     "still running a lockstep loop)."),
-    ("_TRIPS", " reduction(max:kiln_high) reduction(min:kiln_bound, kiln_step)", "The same, "
-     "finding a counted lockstep loop's highest start and its bound and step."),
+    ("", False, "", "Runs the statement after it once per thread of the block, x fastest. "
+     "SIMT threads of a\n   region have no ordering between them, so the x loop may run as "
+     "SIMD lanes."),
+    ("_ANY", False, " reduction(|:kiln_any)", "The same, or-reducing kiln_any (set by the "
+     "threads still running a lockstep loop)."),
+    ("_TRIPS", False, " reduction(max:kiln_high) reduction(min:kiln_bound, kiln_step)", "The "
+     "same, finding a counted lockstep loop's highest start and its bound and step."),
+    ("_IN", True, "", "The same for the threads whose x index is in [kiln_lo, kiln_hi) (a "
+     "guard's range)."),
+    ("_ALL_IN", True, " reduction(&:kiln_all)", "The same, and-reducing kiln_all (set by "
+     "the threads that pass a guard's test)."),
 )
-"""`KILN_FOR_EACH_THREAD` and its variants: suffix, reduction clauses, comment."""
+"""`KILN_FOR_EACH_THREAD` and its variants: suffix, whether it takes an x range, reduction
+clauses, comment."""
 
 
 def launch_format(abi: Sequence[AbiParam]) -> struct.Struct:
@@ -113,12 +119,16 @@ def thread_loop_prologue(simd: str = "") -> str:
     `simd` (OpenMP's "omp simd") marks each macro's x loop, with the reductions its loop
     makes: SIMT threads of a region have no ordering between them."""
     text = INCLUDES
-    for suffix, clauses, comment in THREAD_LOOP_MACROS:
+    for suffix, ranged, clauses, comment in THREAD_LOOP_MACROS:
+        x_from, x_to = ("(kiln_lo)", "(kiln_hi)") if ranged else ("0", "kiln_block_dim_x")
         loops = [f"for (int32_t kiln_thread_idx_{a} = 0; kiln_thread_idx_{a} < "
-                 f"kiln_block_dim_{a}; kiln_thread_idx_{a}++)" for a in "zyx"]
+                 f"kiln_block_dim_{a}; kiln_thread_idx_{a}++)" for a in "zy"]
+        loops.append(f"for (int32_t kiln_thread_idx_x = {x_from}; kiln_thread_idx_x < {x_to}; "
+                     "kiln_thread_idx_x++)")
         if simd:
             loops.insert(2, f'_Pragma("{simd}{clauses}")')
-        text += f"\n/* {comment} */\n#define KILN_FOR_EACH_THREAD{suffix} \\\n"
+        params = "(kiln_lo, kiln_hi)" if ranged else ""
+        text += f"\n/* {comment} */\n#define KILN_FOR_EACH_THREAD{suffix}{params} \\\n"
         text += " \\\n".join(loops) + "\n"
     return text
 
@@ -275,8 +285,57 @@ class ThreadLoopEmitter(CEmitter):
     # ------------------------------------------------------------ thread loops
 
     def stmt_ThreadLoop(self, s: ir.ThreadLoop) -> None:
-        with self.threads(s, "KILN_FOR_EACH_THREAD") as declared:
-            self.block(s.body[declared:])
+        """Its threads; a guarded loop (`thread_guard`) over the x range its guard lets
+        through, and where its test can be, after testing every thread: where all pass,
+        without a test."""
+        initial = initialisations(s.body, s.private)
+        guard = thread_guard(self.blocks, s, initial)
+        if guard is None:
+            with self.threads(s, "KILN_FOR_EACH_THREAD") as declared:
+                self.block(s.body[declared:])
+            return
+        with self.indented("{"):  # scopes the range's and the test's variables
+            x_range = self.thread_range(guard)
+            if not guard.uniform:
+                self.guarded_threads(s, guard, x_range)
+                return
+            assert guard.test is not None
+            self.line("int kiln_all = 1;")
+            reads = [guard.test, *(a.value for a in initial)]
+            with self.threads(s, f"KILN_FOR_EACH_THREAD_ALL_IN{x_range}", reads=reads):
+                test = self.expr(guard.test).wrap(BINARY_PREC["&"] + 1)
+                self.line(f"kiln_all &= {test};")
+            with (self.indented("if (kiln_all) {", closer=""),
+                  self.threads(s, f"KILN_FOR_EACH_THREAD_IN{x_range}")):
+                self.block(guard.body)
+            with self.indented("} else {"):
+                self.guarded_threads(s, guard, x_range)
+
+    def guarded_threads(self, s: ir.ThreadLoop, guard: ThreadGuard, x_range: str) -> None:
+        """The threads of `x_range` run the guard's body where its test holds."""
+        with self.threads(s, f"KILN_FOR_EACH_THREAD_IN{x_range}"):
+            if guard.test is None:
+                self.block(guard.body)
+            else:
+                with self.indented(f"if ({self.expr(guard.test).text}) {{", loc=s.loc):
+                    self.block(guard.body)
+
+    def thread_range(self, guard: ThreadGuard) -> str:
+        """`(lo, hi)`, the x indices the guard's bounds let through, computed at block level
+        (each bound clamped to [-1, block_dim_x] first, so that adding 1 cannot
+        overflow)."""
+        if not guard.lows and not guard.highs:
+            return "(0, kiln_block_dim_x)"
+        self.line("int64_t kiln_x_lo = 0, kiln_x_hi = kiln_block_dim_x, kiln_x_b;")
+        for bounds, name, op in ((guard.lows, "kiln_x_lo", ">"), (guard.highs, "kiln_x_hi", "<")):
+            for bound in bounds:
+                value = self.cast(self.expr(bound.value), i64).text
+                self.line(f"kiln_x_b = {value};")
+                offset = f" + {bound.offset}" if bound.offset else ""
+                self.line("kiln_x_b = (kiln_x_b < -1 ? -1 : kiln_x_b > kiln_block_dim_x ? "
+                          f"kiln_block_dim_x : kiln_x_b){offset};")
+                self.line(f"{name} = kiln_x_b {op} {name} ? kiln_x_b : {name};")
+        return "((int32_t)kiln_x_lo, (int32_t)kiln_x_hi)"
 
     def stmt_LockstepLoop(self, s: ir.LockstepLoop) -> None:
         """Its passes (`masked_loop`), after its unmasked iterations when it is counted
