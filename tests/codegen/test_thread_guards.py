@@ -65,13 +65,16 @@ def x_ranges(out: i32[:, :, :], k: i32, lo: i64):
     kiln.barrier()
     if kiln.thread_idx.x > k and lo <= kiln.thread_idx.x and t < 5 + k:
         out[4, y, t] += 1
+    kiln.barrier()
+    if k == t:
+        out[5, y, t] += 1
 
 
 def expected_ranges(k: int, lo: int, shape: tuple[int, int]) -> np.ndarray:
     t = np.arange(shape[1])[None, :].repeat(shape[0], 0)
     y = np.arange(shape[0])[:, None].repeat(shape[1], 1)
     tests = [t < k, t <= k, (k > t) & (lo < t), (t >= lo) & (y > 0),
-             (t > k) & (lo <= t) & (t < 5 + k)]
+             (t > k) & (lo <= t) & (t < 5 + k), t == k]
     return np.stack(tests).astype(np.int32)
 
 
@@ -82,7 +85,7 @@ def test_tests_of_the_thread_index_run_exactly_the_threads_they_name(backend: st
     the +1 of `<=` is added)."""
     shape = (3, 24)
     for k, lo in ((7, 2), (0, 0), (-3, -2**63), (24, 30), (2**31 - 1, 2**63 - 1), (30, -5)):
-        out = np.zeros((5, *shape), np.int32)
+        out = np.zeros((6, *shape), np.int32)
         kiln.launch(x_ranges, 1, (shape[1], shape[0]), (out, k, lo), device=backend)
         np.testing.assert_array_equal(out, expected_ranges(k, lo, shape), err_msg=f"{k, lo}")
 
@@ -128,14 +131,15 @@ def test_guards_split_into_x_ranges_and_a_test_for_the_whole_block() -> None:
     (returns,) = guards(scaled_or_return)  # i >= n or i < 0 -> i < n and i >= 0
     assert returns is not None and returns.uniform and len(returns.body) == 1
     assert isinstance(returns.test, ir.BoolOp) and returns.test.op == "and"
-    below, up_to, between, above, three = guards(x_ranges)
-    for g in (below, up_to, between, above, three):
+    below, up_to, between, above, three, equal = guards(x_ranges)
+    for g in (below, up_to, between, above, three, equal):
         assert g is not None
     assert below.test is None and [b.offset for b in below.highs] == [0]  # t < k
     assert up_to.test is None and [b.offset for b in up_to.highs] == [1]  # t <= k
     assert between.test is None and len(between.lows) == len(between.highs) == 1
     assert above.test is not None and above.uniform and len(above.lows) == 1  # y > 0 left
     assert three.test is None and len(three.lows) == 2 and len(three.highs) == 1
+    assert equal.test is None and [b.offset for b in (*equal.lows, *equal.highs)] == [0, 1]
     assert guards(counted) == [None]  # the atomic must run for every thread
 
 
