@@ -6,13 +6,15 @@ n: return` (the threads past the end of a launch by size). Run as a loop over th
 such a test makes every store of the region conditional (a masked vector store, which is
 slow on many CPUs: 2.3x on vector_add on Zen 3) and, for `t < k`, visits threads that have
 nothing to do. `thread_guard` finds that test and splits it: the conditions that bound
-`thread_idx.x` by a block-uniform value give the x range of the loop; the rest, when it is
-pure and reads no memory, may be tested for every thread first, so that a block whose
-threads all pass (every block but the last, for a bounds check) runs the body untested.
+`thread_idx.x` (or a `Shift` of it, such as the global id) by a block-uniform value give
+the x range of the loop; the rest, when it is pure and reads no memory (`y < h`), may be
+tested for every thread first, so that a block whose threads all pass runs the body
+untested.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..ir import nodes as ir
@@ -30,11 +32,23 @@ MIRRORED = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "==", "!=": "!="}
 
 
 @dataclass(frozen=True)
+class Shift:
+    """A thread's `thread_idx.x + sign * by` (`by` block-uniform; None: 0), computed
+    without wrapping: `i = block_idx.x * block_dim.x + thread_idx.x` is `thread_idx.x +
+    by` for the whole block."""
+
+    by: ir.Expr | None = None
+    sign: int = 1
+
+
+@dataclass(frozen=True)
 class Bound:
-    """`value + offset` (offset 0 or 1), `value` a block-uniform signed integer."""
+    """`value - sign * by + offset` (offset 0 or 1; `by` and `sign` a `Shift`'s), `value`
+    and `by` block-uniform signed integers."""
 
     value: ir.Expr
     offset: int
+    shift: Shift = Shift()
 
 
 @dataclass(frozen=True)
@@ -52,11 +66,13 @@ class ThreadGuard:
     uniform: bool
 
 
-def thread_guard(blocks: ir.BlockLoop, loop: ir.ThreadLoop,
-                 initial: list[ir.Assign]) -> ThreadGuard | None:
+def thread_guard(blocks: ir.BlockLoop, loop: ir.ThreadLoop, initial: list[ir.Assign],
+                 fits: Callable[[ir.Expr], bool]) -> ThreadGuard | None:
     """The guard of `loop`, whose body starts with the assignments `initial`: the rest is
     one `if` without `else`, or an `if` that only returns (where no later thread loop
-    needs to know) followed by the body. None where there is none or nothing to gain."""
+    needs to know) followed by the body. None where there is none or nothing to gain.
+    `fits(e)`: whether the target computes integer expression `e` without wrapping (a
+    `Shift` is only taken from such a sum)."""
     rest = loop.body[len(initial):]
     if not rest or not isinstance(rest[0], ir.If) or rest[0].orelse:
         return None
@@ -70,13 +86,17 @@ def thread_guard(blocks: ir.BlockLoop, loop: ir.ThreadLoop,
         return None
     if has_side_effects(test):
         return None
-    thread_x = {a.target for a in initial if _is_thread_x(a.value, set())}
     local = {*blocks.thread_vars, *loop.private}
+    shifts: dict[str, Shift] = {}
+    for a in initial:
+        shift = _shift(a.value, shifts, local, fits)
+        if shift is not None:
+            shifts[a.target] = shift
     lows: list[Bound] = []
     highs: list[Bound] = []
     others: list[ir.Expr] = []
     for term in conjuncts(test):
-        bounds = _x_bounds(term, thread_x, local)
+        bounds = _x_bounds(term, shifts, local, fits)
         if not bounds:
             others.append(term)
         for low, bound in bounds:
@@ -110,38 +130,55 @@ def conjuncts(e: ir.Expr) -> list[ir.Expr]:
     return [e]
 
 
-def _x_bounds(term: ir.Expr, thread_x: set[str], local: set[str]) -> list[tuple[bool, Bound]]:
-    """`thread_idx.x OP value` (either way round; OP one of < <= > >= ==), `value`
-    block-uniform, as bounds of x (`True` for a low bound, inclusive; `False` for a high
-    one, exclusive); none for any other term."""
+def _x_bounds(term: ir.Expr, shifts: dict[str, Shift], local: set[str],
+              fits: Callable[[ir.Expr], bool]) -> list[tuple[bool, Bound]]:
+    """`x OP value` (either way round; OP one of < <= > >= ==), `x` a `Shift` of
+    `thread_idx.x` and `value` block-uniform, as bounds of `thread_idx.x` (`True` for a
+    low bound, inclusive; `False` for a high one, exclusive); none for any other term."""
     if not isinstance(term, ir.Compare) or term.op not in ("<", "<=", ">", ">=", "=="):
         return []
     if not _signed_int(term.left.type):
         return []
     op, value = term.op, term.right
-    if not _is_thread_x(term.left, thread_x):
-        if not _is_thread_x(term.right, thread_x):
+    shift = _shift(term.left, shifts, local, fits)
+    if shift is None:
+        shift = _shift(term.right, shifts, local, fits)
+        if shift is None:
             return []
         op, value = MIRRORED[op], term.left
     if not _block_uniform(value, local):
         return []
-    low, high = (True, Bound(value, 0)), (False, Bound(value, 1))
-    return {"<": [(False, Bound(value, 0))], "<=": [high], ">": [(True, Bound(value, 1))],
-            ">=": [low], "==": [low, high]}[op]
+    low, high = (True, Bound(value, 0, shift)), (False, Bound(value, 1, shift))
+    return {"<": [(False, Bound(value, 0, shift))], "<=": [high],
+            ">": [(True, Bound(value, 1, shift))], ">=": [low], "==": [low, high]}[op]
 
 
-def _signed_int(t: object) -> bool:
-    return isinstance(t, ScalarType) and t.is_int and t.is_signed
+def _signed_int(t: object, bits: int = 64) -> bool:
+    return isinstance(t, ScalarType) and t.is_int and t.is_signed and t.bits <= bits
 
 
-def _is_thread_x(e: ir.Expr, thread_x: set[str]) -> bool:
-    """`thread_idx.x`, a private variable assigned it at the loop's start, or either
-    widened to a signed integer (which keeps its value)."""
+def _shift(e: ir.Expr, shifts: dict[str, Shift], local: set[str],
+           fits: Callable[[ir.Expr], bool]) -> Shift | None:
+    """`e` as a `Shift` of `thread_idx.x`: the index itself, a private variable assigned
+    one at the loop's start, `x + by`, `by + x` or `x - by` of 32 bits or fewer that cannot
+    wrap, any of them widened to a signed integer (which keeps its value)."""
     while isinstance(e, ir.Cast) and _signed_int(e.type) and e.type.bits >= 32:  # type: ignore[attr-defined]
         e = e.value
     if isinstance(e, ir.Var):
-        return e.name in thread_x
-    return isinstance(e, ir.IntrinsicCall) and e.name == "thread_idx_x"
+        return shifts.get(e.name)
+    if isinstance(e, ir.IntrinsicCall):
+        return Shift() if e.name == "thread_idx_x" else None
+    if not (isinstance(e, ir.BinOp) and e.op in ("+", "-") and _signed_int(e.type, 32)
+            and fits(e)):
+        return None
+    pairs = [(e.left, e.right, 1 if e.op == "+" else -1)]
+    if e.op == "+":
+        pairs.append((e.right, e.left, 1))
+    for x, by, sign in pairs:
+        inner = _shift(x, shifts, local, fits)
+        if inner is not None and inner.by is None and _block_uniform(by, local):
+            return Shift(by, sign)
+    return None
 
 
 def _block_uniform(e: ir.Expr, local: set[str]) -> bool:

@@ -53,6 +53,8 @@ STRUCT_CODES = {"bool_": "?", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8
 LINEAR_THREAD = ("const int32_t kiln_t = (kiln_thread_idx_z * kiln_block_dim_y + "
                  "kiln_thread_idx_y) * kiln_block_dim_x + kiln_thread_idx_x;")
 
+CLAMP = "INT64_C(17179869184)"
+"""2^34: a guard's bound beyond it excludes (or includes) every thread alike."""
 SMALL_LAUNCH = 8192
 """Launches of fewer threads in all run on one host thread: waking a second costs more than
 it saves (tens of microseconds)."""
@@ -300,7 +302,7 @@ class ThreadLoopEmitter(CEmitter):
         through, and where its test can be, after testing every thread: where all pass,
         without a test."""
         initial = initialisations(s.body, s.private)
-        guard = thread_guard(self.blocks, s, initial)
+        guard = thread_guard(self.blocks, s, initial, self.ranges.fits)
         if guard is None:
             with self.threads(s, "KILN_FOR_EACH_THREAD") as declared:
                 self.block(s.body[declared:])
@@ -333,8 +335,9 @@ class ThreadLoopEmitter(CEmitter):
 
     def thread_range(self, guard: ThreadGuard) -> str:
         """`(lo, hi)`, the x indices the guard's bounds let through, computed at block level
-        (each bound clamped to [-1, block_dim_x] first, so that adding 1 cannot
-        overflow)."""
+        in 64 bits: a bound's value is clamped to +-2^34 before its shift (at most 2^32)
+        is taken off, since x + shift, an i32 that does not wrap, is within 2^33 of 0; then
+        to [-1, block_dim_x], so that adding 1 cannot overflow."""
         if not guard.lows and not guard.highs:
             return "(0, kiln_block_dim_x)"
         self.line("int64_t kiln_x_lo = 0, kiln_x_hi = kiln_block_dim_x, kiln_x_b;")
@@ -342,6 +345,12 @@ class ThreadLoopEmitter(CEmitter):
             for bound in bounds:
                 value = self.cast(self.expr(bound.value), i64).text
                 self.line(f"kiln_x_b = {value};")
+                shift = bound.shift
+                if shift.by is not None:
+                    by = self.cast(self.expr(shift.by), i64).wrap(BINARY_PREC["-"] + 1)
+                    sign = "-" if shift.sign > 0 else "+"
+                    self.line(f"kiln_x_b = (kiln_x_b < -{CLAMP} ? -{CLAMP} : kiln_x_b > {CLAMP} "
+                              f"? {CLAMP} : kiln_x_b) {sign} {by};")
                 offset = f" + {bound.offset}" if bound.offset else ""
                 self.line("kiln_x_b = (kiln_x_b < -1 ? -1 : kiln_x_b > kiln_block_dim_x ? "
                           f"kiln_block_dim_x : kiln_x_b){offset};")

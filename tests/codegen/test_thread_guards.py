@@ -14,6 +14,7 @@ from kiln.codegen.regions import initialisations
 from kiln.examples import softmax_rows
 from kiln.ir import nodes as ir
 from kiln.ir.passes import lower_aggregates, lower_thread_loops
+from kiln.ir.ranges import Ranges
 from kiln.ir.visit import walk
 from tests.helpers import backend_entry
 
@@ -91,6 +92,32 @@ def test_tests_of_the_thread_index_run_exactly_the_threads_they_name(backend: st
 
 
 @kiln.kernel
+def shifted(out: i32[:, :], n: i32, lo: i64):
+    i = kiln.global_id(0)
+    if i < n and lo <= i:  # thread_idx.x + block_idx.x * block_dim.x, in a range
+        out[0, i] += 1
+    kiln.barrier()
+    j = kiln.thread_idx.x - 3
+    if j >= lo and j < n:  # thread_idx.x - 3
+        out[1, i] += 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tests_of_a_shifted_thread_index_run_exactly_the_threads_they_name(
+        backend: str) -> None:
+    """`i < n` for a global id `i` (its block's offset taken off the bound), through each
+    block's edges and the limits of an i32 and (`lo`) of an i64."""
+    i = np.arange(4 * 32)
+    j = i % 32 - 3
+    for n, lo in ((70, 0), (64, 33), (1, -5), (0, 0), (2**31 - 1, -2**31), (-2**31, 2**31 - 1),
+                  (128, 127), (29, 20), (100, -2**63), (100, 2**63 - 1)):
+        out = np.zeros((2, i.size), np.int32)
+        kiln.launch(shifted, 4, 32, (out, n, lo), device=backend)
+        expected = np.stack([(i < n) & (lo <= i), (j >= lo) & (j < n)]).astype(np.int32)
+        np.testing.assert_array_equal(out, expected, err_msg=f"{n, lo}")
+
+
+@kiln.kernel
 def counted(count: i32[:], out: i32[:], k: i32):
     t = kiln.thread_idx.x
     if kiln.atomic_add(count, 0, 1) >= 0 and t < k:
@@ -121,16 +148,21 @@ def guards(kernel: kiln.Kernel) -> list[ThreadGuard | None]:
     program = lower_thread_loops(lower_aggregates(kernel.program(kernel._types(()))))
     (blocks,) = program.kernel.body
     assert isinstance(blocks, ir.BlockLoop)
-    return [thread_guard(blocks, s, initialisations(s.body, s.private))
+    fits = Ranges(program.kernel).fits
+    return [thread_guard(blocks, s, initialisations(s.body, s.private), fits)
             for s in walk(blocks.body) if isinstance(s, ir.ThreadLoop)]
 
 
 def test_guards_split_into_x_ranges_and_a_test_for_the_whole_block() -> None:
-    (check,) = guards(scaled)
-    assert check is not None and check.uniform and not check.lows and not check.highs
+    (check,) = guards(scaled)  # i < n, i the global id: a range, nothing left to test
+    assert check is not None and check.test is None and len(check.highs) == 1
+    assert check.highs[0].shift.by is not None and check.highs[0].shift.sign == 1
     (returns,) = guards(scaled_or_return)  # i >= n or i < 0 -> i < n and i >= 0
-    assert returns is not None and returns.uniform and len(returns.body) == 1
-    assert isinstance(returns.test, ir.BoolOp) and returns.test.op == "and"
+    assert returns is not None and returns.test is None and len(returns.body) == 1
+    assert len(returns.lows) == len(returns.highs) == 1
+    both, minus = guards(shifted)
+    assert both is not None and minus is not None and both.test is minus.test is None
+    assert minus.lows[0].shift.sign == -1
     below, up_to, between, above, three, equal = guards(x_ranges)
     for g in (below, up_to, between, above, three, equal):
         assert g is not None
