@@ -30,13 +30,16 @@ from typing import ClassVar
 from .. import settings
 from ..ir import nodes as ir
 from ..ir.abi import AbiParam, function_abi
+from ..ir.analysis import reads_and_writes
 from ..ir.enums import MemorySpace
 from ..ir.passes import InternalError
+from ..ir.passes.common import has_side_effects
 from ..ir.types import ArrayType, i32, i64
 from ..ir.visit import handles, walk
 from .emitter import BINARY_PREC, CEmitter, CExpr
 from .guards import ThreadGuard, thread_guard
 from .helpers import C_HELPERS, HelperTemplate
+from .inner_loops import InnerLoop, carried, inner_loop
 from .regions import initialisations, plan_region
 from .threadloop_intrinsics import ATOMIC_HELPERS
 
@@ -82,6 +85,8 @@ THREAD_LOOP_MACROS = (
      "guard's range)."),
     ("_ALL_IN", True, " reduction(&:kiln_all)", "The same, and-reducing kiln_all (set by "
      "the threads that pass a guard's test)."),
+    ("_ANY_IN", True, " reduction(|:kiln_any)", "The same, or-reducing kiln_any (set by "
+     "the threads still in a lockstep inner loop)."),
 )
 """`KILN_FOR_EACH_THREAD` and its variants: suffix, whether it takes an x range, reduction
 clauses, comment."""
@@ -304,8 +309,7 @@ class ThreadLoopEmitter(CEmitter):
         initial = initialisations(s.body, s.private)
         guard = thread_guard(self.blocks, s, initial, self.ranges.fits)
         if guard is None:
-            with self.threads(s, "KILN_FOR_EACH_THREAD") as declared:
-                self.block(s.body[declared:])
+            self.thread_body(s, s.body[len(initial):], "")
             return
         with self.indented("{"):  # scopes the range's and the test's variables
             x_range = self.thread_range(guard)
@@ -318,20 +322,109 @@ class ThreadLoopEmitter(CEmitter):
             with self.threads(s, f"KILN_FOR_EACH_THREAD_ALL_IN{x_range}", reads=reads):
                 test = self.expr(guard.test).wrap(BINARY_PREC["&"] + 1)
                 self.line(f"kiln_all &= {test};")
-            with (self.indented("if (kiln_all) {", closer=""),
-                  self.threads(s, f"KILN_FOR_EACH_THREAD_IN{x_range}")):
-                self.block(guard.body)
+            with self.indented("if (kiln_all) {", closer=""):
+                self.thread_body(s, guard.body, x_range)
             with self.indented("} else {"):
                 self.guarded_threads(s, guard, x_range)
 
     def guarded_threads(self, s: ir.ThreadLoop, guard: ThreadGuard, x_range: str) -> None:
         """The threads of `x_range` run the guard's body where its test holds."""
-        with self.threads(s, f"KILN_FOR_EACH_THREAD_IN{x_range}"):
-            if guard.test is None:
-                self.block(guard.body)
+        if guard.test is None:
+            self.thread_body(s, guard.body, x_range)
+            return
+        with (self.threads(s, f"KILN_FOR_EACH_THREAD_IN{x_range}"),
+              self.indented(f"if ({self.expr(guard.test).text}) {{", loc=s.loc)):
+            self.block(guard.body)
+
+    def thread_body(self, s: ir.ThreadLoop, body: list[ir.Stmt], x_range: str) -> None:
+        """`body` (what follows the loop's initial assignments) for the threads of `x_range`
+        (all without one), its inner loop lockstep where it has one that can be."""
+        macro = f"KILN_FOR_EACH_THREAD_IN{x_range}" if x_range else "KILN_FOR_EACH_THREAD"
+        found = inner_loop(body)
+        plan = plan_region(self.blocks, s)
+        state = carried(found, plan.thread_locals) if found is not None else []
+        if (found is None or plan.kept
+                or any(has_side_effects(a.value) for a in initialisations(s.body, s.private))
+                or any(isinstance(self.func.var_type(n), ArrayType) for n in state)):
+            with self.threads(s, macro):
+                self.block(body)
+            return
+        self.lockstep_inner(s, found, state, x_range or "(0, kiln_block_dim_x)")
+
+    def lockstep_inner(self, s: ir.ThreadLoop, found: InnerLoop, state: list[str],
+                       x_range: str) -> None:
+        """The thread loop in three parts: each thread's statements before the inner loop;
+        passes of one iteration of every thread still in the loop (`kiln_live`), until
+        none is; the statements after it. Between them each thread's variables wait in
+        per-thread arrays (`NAME_ls`)."""
+        kept = {n: self.names.fresh(f"{self.names[n]}_ls") for n in state}
+        loop = found.loop
+        with self.indented("{"):
+            for n, arr in kept.items():
+                self.line(f"{self.ctype(self.func.var_type(n))} {arr}[kiln_nt];")  # type: ignore[arg-type]
+            self.line("int32_t kiln_live[kiln_nt];")
+
+            def save() -> None:
+                for n, arr in kept.items():
+                    self.line(f"{arr}[kiln_t] = {self.names[n]};")
+
+            def restore() -> None:
+                for n, arr in kept.items():
+                    self.line(f"{self.names[n]} = {arr}[kiln_t];")
+
+            before = reads_and_writes(found.pre)[1] | set(plan_region(self.blocks, s).loads)
+            if isinstance(loop, ir.For):
+                before.add(loop.var)
+            unset = [n for n in state if n not in before]
+            with self.threads(s, f"KILN_FOR_EACH_THREAD_IN{x_range}", linear=True):
+                for n in unset:  # set by the loop: a value to keep until it is
+                    self.line(f"{self.names[n]} = 0;")
+                self.block(found.pre)
+                if isinstance(loop, ir.For):
+                    self.line(f"{self.var(loop.var)} = {self.expr(loop.start).text};", loop.loc)
+                self.line("kiln_live[kiln_t] = 1;")
+                save()
+            with self.indented("for (;;) {", loc=loop.loc):
+                self.line("int kiln_any = 0;")
+                with self.threads(s, f"KILN_FOR_EACH_THREAD_ANY_IN{x_range}", linear=True):
+                    restore()
+                    self.line("int32_t kiln_in = kiln_live[kiln_t];")
+                    with self.indented("if (kiln_in) {"):  # locals only: gcc if-converts it
+                        self.lockstep_iteration(found)
+                    save()
+                    self.line("kiln_live[kiln_t] = kiln_in;")
+                    self.line("kiln_any |= kiln_in;")
+                self.line("if (!kiln_any) break;")
+            with self.threads(s, f"KILN_FOR_EACH_THREAD_IN{x_range}", linear=True):
+                restore()
+                self.block(found.post)
+
+    def lockstep_iteration(self, found: InnerLoop) -> None:
+        """One iteration of the inner loop for a thread still in it, as the sequential loop
+        runs it (a `for`: test, body, step; its leading `break` test first)."""
+        loop = found.loop
+        if isinstance(loop, ir.For):
+            var = self.var(loop.var)
+            step = loop.step
+            assert isinstance(step, ir.Const)
+            op = "<" if step.value > 0 else ">"
+            test = f"{var} {op} {self.expr(loop.stop).wrap(BINARY_PREC[op] + 1)}"
+        else:
+            test = self.expr(loop.cond).text
+        with self.indented(f"if ({test}) {{", closer="", loc=loop.loc):
+            if found.exit is not None:
+                with self.indented(f"if ({self.expr(found.exit).text}) {{", closer=""):
+                    self.line("kiln_in = 0;")
+                with self.indented("} else {"):
+                    self.block(found.body)
+                    if isinstance(loop, ir.For):
+                        self.line(f"{var} += {self.expr(loop.step).text};")
             else:
-                with self.indented(f"if ({self.expr(guard.test).text}) {{", loc=s.loc):
-                    self.block(guard.body)
+                self.block(found.body)
+                if isinstance(loop, ir.For):
+                    self.line(f"{var} += {self.expr(loop.step).text};")
+        with self.indented("} else {"):
+            self.line("kiln_in = 0;")
 
     def thread_range(self, guard: ThreadGuard) -> str:
         """`(lo, hi)`, the x indices the guard's bounds let through, computed at block level
@@ -431,21 +524,21 @@ class ThreadLoopEmitter(CEmitter):
 
     @contextlib.contextmanager
     def threads(self, loop: ir.ThreadLoop | ir.LockstepLoop, macro: str,
-                reads: list[ir.Expr] | None = None) -> Iterator[int]:
+                reads: list[ir.Expr] | None = None, linear: bool = False) -> Iterator[int]:
         """`macro {` with the loop's thread and block variables loaded (and stored back
         after; with `reads`, only what those expressions read is loaded and nothing is
         stored), and its private variables declared: those a thread loop's body starts
         by assigning are declared there (yields how many such statements it emitted). A
         block variable's last thread's value is kept, through a second variable, so no
-        thread reads another's update."""
+        thread reads another's update. `linear`: `kiln_t` is defined in any case."""
         plan = plan_region(self.blocks, loop, reads)
         for name in plan.kept:
             self.line(f"{self.block_stores[name]} = {self.block_values[name]};")
         self.thread_locals = plan.thread_locals
         self.thread_return = False
         with self.indented(f"{macro} {{"):
-            if (any(n in self.thread_arrays for n in plan.loads) or plan.skips_exited
-                    or plan.lockstep):
+            if (linear or any(n in self.thread_arrays for n in plan.loads)
+                    or plan.skips_exited or plan.lockstep):
                 self.line(LINEAR_THREAD)
             if plan.skips_exited:
                 self.line("if (kiln_exited[kiln_t]) continue;")
