@@ -4,9 +4,11 @@ vector_add and reduce (2^24 f32) in GB/s against NumPy and Numba `parallel=True`
 16x16 shared-memory tiled matmul (1024^2 f32) in GFLOP/s: kiln's SIMT kernel, Numba's i-k-j
 loops and the same tiled algorithm in Numba (when numba is installed), NumPy's BLAS as the
 roof; a row softmax (4096x1024 f32) against NumPy and a plain Numba `prange` loop; a
-5-point 2-D stencil and mandelbrot against NumPy; then the cold compile time of a
-small kernel and its load time from the disk cache. Medians of timed runs after a warm-up;
-ratios are reference time / kiln time (above 1: kiln is faster).
+5-point 2-D stencil and mandelbrot against NumPy; each kiln kernel also on the OpenCL
+backend's CPU device (PoCL) where there is one: the same source through another compiler.
+Then the cold compile time of a small kernel and its load time from the disk cache.
+Medians of timed runs after a warm-up; ratios are reference time / kiln time (above 1: kiln
+is faster).
 
     python benchmarks/bench_cpu.py [--quick]          (also: kiln bench --backend cpu)
 
@@ -20,6 +22,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 from common import (
@@ -34,6 +37,7 @@ from common import (
 
 import kiln
 from kiln import f32
+from kiln.backend import DeviceKind
 from kiln.builtin_backends.cpu.backend import build_env
 from kiln.examples import (
     BLOCK,
@@ -191,6 +195,170 @@ def compile_times(dev: kiln.Device, hits: int = 9) -> tuple[float, float]:
     return times[0], statistics.median(times[1:])
 
 
+def pocl_device() -> kiln.Device | None:
+    """The OpenCL backend's CPU device (PoCL), which runs the same kernels beside the cpu
+    backend; None without one (its column is then left out, which is said)."""
+    found = next((d for d in kiln.devices() if d.backend.name == "opencl"
+                  and d.capabilities.kind is DeviceKind.CPU), None)
+    if found is None:
+        print("no OpenCL CPU device (PoCL): its column is left out")
+    return found
+
+
+@dataclass
+class Bench:
+    """What every benchmark row needs: the devices, the sizes' switch, the references."""
+
+    dev: kiln.Device
+    pocl: kiln.Device | None
+    quick: bool
+    repeat: int
+    numba: dict[str, Callable[..., object]]
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+    def kiln_and_pocl(self, time_on: Callable[[kiln.Device, int], float],
+                      repeat: int | None = None) -> tuple[float, dict[str, float]]:
+        """The kernel's median ms on the cpu backend, and PoCL's as a reference."""
+        runs = repeat or self.repeat
+        refs = {"pocl": time_on(self.pocl, runs)} if self.pocl else {}
+        return time_on(self.dev, runs), refs
+
+
+def bench_streams(b: Bench) -> None:
+    """vector_add and reduce."""
+    n = 1 << (20 if b.quick else 24)
+    x, y = b.rng.random(n, np.float32), b.rng.random(n, np.float32)
+    out = np.empty(n, np.float32)
+
+    def time_add(d: kiln.Device, runs: int) -> float:
+        dx, dy, dout = (kiln.to_device(v, d) for v in (x, y, out))
+
+        def run() -> None:
+            vector_add[n // BLOCK, BLOCK](dx, dy, dout, n)
+            d.synchronize()
+
+        ms = median_ms(run, runs)
+        assert np.array_equal(dout.numpy(), x + y)
+        return ms
+
+    ms, refs = b.kiln_and_pocl(time_add)
+    refs["numpy"] = median_ms(lambda: np.add(x, y, out=out), b.repeat)
+    if b.numba:
+        refs["numba-parallel"] = median_ms(lambda: b.numba["add"](x, y, out), b.repeat)
+    row("vector_add", ms, "GB/s", 12 * n / 1e9, refs)
+
+    zero = np.zeros(1, np.float32)
+
+    def time_sum(d: kiln.Device, runs: int) -> float:
+        dx, dsum = kiln.to_device(x, d), kiln.to_device(zero, d)
+
+        def run() -> None:
+            dsum.copy_from_host(zero)
+            block_sum[n // (BLOCK * 16), BLOCK](dx, dsum, n)
+            d.synchronize()
+
+        ms = median_ms(run, runs)
+        assert abs(dsum.numpy()[0] - x.sum(dtype=np.float64)) < 1e-3 * n
+        return ms
+
+    ms, refs = b.kiln_and_pocl(time_sum)
+    refs["numpy"] = median_ms(lambda: x.sum(), b.repeat)
+    if b.numba:
+        refs["numba-parallel"] = median_ms(lambda: b.numba["sum"](x), b.repeat)
+    row("reduce", ms, "GB/s", 4 * n / 1e9, refs)
+
+
+def bench_matmul(b: Bench) -> None:
+    m = 512 if b.quick else 1024
+    am, bm = b.rng.random((m, m), np.float32), b.rng.random((m, m), np.float32)
+    cm = np.empty((m, m), np.float32)
+
+    def time_mm(d: kiln.Device, runs: int) -> float:
+        dam, dbm, dcm = (kiln.to_device(v, d) for v in (am, bm, cm))
+
+        def run() -> None:
+            matmul_tiled_square[(m // TILE, m // TILE), (TILE, TILE)](dam, dbm, dcm, m)
+            d.synchronize()
+
+        ms = median_ms(run, runs)
+        assert np.allclose(dcm.numpy(), am @ bm, rtol=1e-4, atol=1e-3)
+        return ms
+
+    ms, refs = b.kiln_and_pocl(time_mm)
+    refs["numpy-blas"] = median_ms(lambda: np.matmul(am, bm, out=cm), b.repeat)
+    for name in ("ikj", "tiled") if b.numba else ():
+        refs[f"numba-{name}"] = median_ms(lambda f=b.numba[name]: f(am, bm, cm), b.repeat)
+    row("matmul tiled 16x16", ms, "GFLOP/s", 2 * m**3 / 1e9, refs)
+
+
+def bench_softmax(b: Bench) -> None:
+    rows, cols = (1024, 1024) if b.quick else (4096, 1024)
+    xs = (b.rng.standard_normal((rows, cols)) * 4).astype(np.float32)
+    ys = np.empty_like(xs)
+    numpy_softmax(xs, ys)
+    expected = ys.copy()
+
+    def time_softmax(d: kiln.Device, runs: int) -> float:
+        dxs, dys = kiln.to_device(xs, d), kiln.to_device(ys, d)
+
+        def run() -> None:
+            softmax_rows[rows, BLOCK](dxs, dys)
+            d.synchronize()
+
+        ms = median_ms(run, runs)
+        assert np.allclose(dys.numpy(), expected, rtol=1e-5, atol=1e-9)
+        return ms
+
+    ms, refs = b.kiln_and_pocl(time_softmax)
+    refs["numpy"] = median_ms(lambda: numpy_softmax(xs, ys), b.repeat)
+    if b.numba:
+        refs["numba-prange"] = median_ms(lambda: b.numba["softmax"](xs, ys), b.repeat)
+    row(f"softmax {rows}x{cols}", ms, "GB/s", 8 * rows * cols / 1e9, refs)
+
+
+def bench_stencil(b: Bench) -> None:
+    s = 1024 if b.quick else 2048
+    u = b.rng.random((s, s), np.float32)
+    v = np.zeros_like(u)
+
+    def time_stencil(d: kiln.Device, runs: int) -> float:
+        du, dv = kiln.to_device(u, d), kiln.to_device(v, d)
+
+        def run() -> None:
+            stencil[(s // 32, s // 8), (32, 8)](du, dv)
+            d.synchronize()
+
+        return median_ms(run, runs)
+
+    def numpy_stencil() -> None:
+        v[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
+
+    ms, refs = b.kiln_and_pocl(time_stencil)
+    refs["numpy"] = median_ms(numpy_stencil, b.repeat)
+    row("stencil 5-point 2-D", ms, "GB/s", 8 * s * s / 1e9, refs)
+
+
+def bench_mandelbrot(b: Bench) -> None:
+    h, w, iters = (256, 384, 100) if b.quick else (768, 1024, 200)
+    img = np.zeros((h, w), np.int32)
+    ref = numpy_mandelbrot(h, w, iters)
+
+    def time_mandel(d: kiln.Device, runs: int) -> float:
+        dimg = kiln.to_device(img, d)
+
+        def run() -> None:
+            mandelbrot[(w // 16, h // 16), (16, 16)](dimg, iters)
+            d.synchronize()
+
+        ms = median_ms(run, runs)
+        assert (dimg.numpy() != ref).mean() < 0.01
+        return ms
+
+    ms, refs = b.kiln_and_pocl(time_mandel, max(3, b.repeat // 3))
+    refs["numpy"] = median_ms(lambda: numpy_mandelbrot(h, w, iters), 1, warmup=0)
+    row("mandelbrot", ms, "Mpixel/s", h * w / 1e6, refs)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer runs")
@@ -199,107 +367,11 @@ def main() -> int:
     dev = backend_device("cpu", "bench_cpu")
     if dev is None:
         return 0
-    repeat = 5 if args.quick else 15
     print(f"cpu: {dev.capabilities.name}, {dev.capabilities.compute_units} threads, "
           f"{dev.capabilities.arch}; {versions()}, {build_env().version}")
-    rng = np.random.default_rng(0)
-
-    n = 1 << (20 if args.quick else 24)
-    a, b = rng.random(n, np.float32), rng.random(n, np.float32)
-    c = np.empty(n, np.float32)
-    da, db, dc = (kiln.to_device(v, dev) for v in (a, b, c))
-
-    def run_add() -> None:
-        vector_add[n // BLOCK, BLOCK](da, db, dc, n)
-        dev.synchronize()
-
-    numba_refs = numba_references()
-    ms = median_ms(run_add, repeat)
-    assert np.array_equal(dc.numpy(), a + b)
-    refs = {"numpy": median_ms(lambda: np.add(a, b, out=c), repeat)}
-    if numba_refs:
-        refs["numba-parallel"] = median_ms(lambda: numba_refs["add"](a, b, c), repeat)
-    row("vector_add", ms, "GB/s", 12 * n / 1e9, refs)
-
-    zero = np.zeros(1, np.float32)
-    dout = kiln.to_device(zero, dev)
-    blocks = n // (BLOCK * 16)
-
-    def run_sum() -> None:
-        dout.copy_from_host(zero)
-        block_sum[blocks, BLOCK](da, dout, n)
-        dev.synchronize()
-
-    ms = median_ms(run_sum, repeat)
-    assert abs(dout.numpy()[0] - a.sum(dtype=np.float64)) < 1e-3 * n
-    refs = {"numpy": median_ms(lambda: a.sum(), repeat)}
-    if numba_refs:
-        refs["numba-parallel"] = median_ms(lambda: numba_refs["sum"](a), repeat)
-    row("reduce", ms, "GB/s", 4 * n / 1e9, refs)
-
-    m = 512 if args.quick else 1024
-    am, bm = rng.random((m, m), np.float32), rng.random((m, m), np.float32)
-    cm = np.empty((m, m), np.float32)
-    dam, dbm, dcm = (kiln.to_device(v, dev) for v in (am, bm, cm))
-
-    def run_mm() -> None:
-        matmul_tiled_square[(m // TILE, m // TILE), (TILE, TILE)](dam, dbm, dcm, m)
-        dev.synchronize()
-
-    ms = median_ms(run_mm, repeat)
-    assert np.allclose(dcm.numpy(), am @ bm, rtol=1e-4, atol=1e-3)
-    refs = {"numpy-blas": median_ms(lambda: np.matmul(am, bm, out=cm), repeat)}
-    for name in ("ikj", "tiled") if numba_refs else ():
-        refs[f"numba-{name}"] = median_ms(lambda f=numba_refs[name]: f(am, bm, cm), repeat)
-    row("matmul tiled 16x16", ms, "GFLOP/s", 2 * m**3 / 1e9, refs)
-
-    rows, cols = (1024, 1024) if args.quick else (4096, 1024)
-    xs = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
-    ys = np.empty_like(xs)
-    dxs, dys = kiln.to_device(xs, dev), kiln.to_device(ys, dev)
-
-    def run_softmax() -> None:
-        softmax_rows[rows, BLOCK](dxs, dys)
-        dev.synchronize()
-
-    ms = median_ms(run_softmax, repeat)
-    numpy_softmax(xs, ys)
-    assert np.allclose(dys.numpy(), ys, rtol=1e-5, atol=1e-9)
-    refs = {"numpy": median_ms(lambda: numpy_softmax(xs, ys), repeat)}
-    if numba_refs:
-        refs["numba-prange"] = median_ms(lambda: numba_refs["softmax"](xs, ys), repeat)
-    row(f"softmax {rows}x{cols}", ms, "GB/s", 8 * rows * cols / 1e9, refs)
-
-    s = 1024 if args.quick else 2048
-    u = rng.random((s, s), np.float32)
-    v = np.zeros_like(u)
-    du, dv = kiln.to_device(u, dev), kiln.to_device(v, dev)
-
-    def run_stencil() -> None:
-        stencil[(s // 32, s // 8), (32, 8)](du, dv)
-        dev.synchronize()
-
-    def numpy_stencil() -> None:
-        v[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
-
-    ms = median_ms(run_stencil, repeat)
-    row("stencil 5-point 2-D", ms, "GB/s", 8 * s * s / 1e9,
-        {"numpy": median_ms(numpy_stencil, repeat)})
-
-    h, w, iters = (256, 384, 100) if args.quick else (768, 1024, 200)
-    img = np.zeros((h, w), np.int32)
-    dimg = kiln.to_device(img, dev)
-
-    def run_mandel() -> None:
-        mandelbrot[(w // 16, h // 16), (16, 16)](dimg, iters)
-        dev.synchronize()
-
-    ms = median_ms(run_mandel, max(3, repeat // 3))
-    ref = numpy_mandelbrot(h, w, iters)
-    assert (dimg.numpy() != ref).mean() < 0.01
-    row("mandelbrot", ms, "Mpixel/s", h * w / 1e6,
-        {"numpy": median_ms(lambda: numpy_mandelbrot(h, w, iters), 1, warmup=0)})
-
+    b = Bench(dev, pocl_device(), args.quick, 5 if args.quick else 15, numba_references())
+    for bench in (bench_streams, bench_matmul, bench_softmax, bench_stencil, bench_mandelbrot):
+        bench(b)
     cold, hit = compile_times(dev)
     print(f"{'compile (saxpy)':<22} cold {cold:7.1f} ms (goal < 300)   disk-cache hit "
           f"{hit:6.2f} ms, median (goal < 5; frontend and code generation included)")

@@ -21,6 +21,7 @@ serial C11.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import struct
 from collections.abc import Iterator, Sequence
@@ -29,13 +30,17 @@ from typing import ClassVar
 from .. import settings
 from ..ir import nodes as ir
 from ..ir.abi import AbiParam, function_abi
+from ..ir.analysis import reads_and_writes
 from ..ir.enums import MemorySpace
 from ..ir.passes import InternalError
+from ..ir.passes.common import has_side_effects
 from ..ir.types import ArrayType, i32, i64
 from ..ir.visit import handles, walk
 from .emitter import BINARY_PREC, CEmitter, CExpr
+from .guards import ThreadGuard, thread_guard
 from .helpers import C_HELPERS, HelperTemplate
-from .regions import plan_region
+from .inner_loops import InnerLoop, carried, inner_loop
+from .regions import initialisations, plan_region
 from .threadloop_intrinsics import ATOMIC_HELPERS, THREAD_LOOP_IMPLS
 
 AXES = "xyz"
@@ -51,6 +56,8 @@ STRUCT_CODES = {"bool_": "?", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8
 LINEAR_THREAD = ("const int32_t kiln_t = (kiln_thread_idx_z * kiln_block_dim_y + "
                  "kiln_thread_idx_y) * kiln_block_dim_x + kiln_thread_idx_x;")
 
+CLAMP = "INT64_C(17179869184)"
+"""2^34: a guard's bound beyond it excludes (or includes) every thread alike."""
 SMALL_LAUNCH = 8192
 """Launches of fewer threads in all run on one host thread: waking a second costs more than
 it saves (tens of microseconds)."""
@@ -67,15 +74,22 @@ INCLUDES = """\
 """
 
 THREAD_LOOP_MACROS = (
-    ("", "", "Runs the statement after it once per thread of the block, x fastest. SIMT "
-     "threads of a\n   region have no ordering between them, so the x loop may run as SIMD "
-     "lanes."),
-    ("_ANY", " reduction(|:kiln_any)", "The same, or-reducing kiln_any (set by the threads "
-     "still running a lockstep loop)."),
-    ("_TRIPS", " reduction(max:kiln_high) reduction(min:kiln_bound, kiln_step)", "The same, "
-     "finding a counted lockstep loop's highest start and its bound and step."),
+    ("", False, "", "Runs the statement after it once per thread of the block, x fastest. "
+     "SIMT threads of a\n   region have no ordering between them, so the x loop may run as "
+     "SIMD lanes."),
+    ("_ANY", False, " reduction(|:kiln_any)", "The same, or-reducing kiln_any (set by the "
+     "threads still running a lockstep loop)."),
+    ("_TRIPS", False, " reduction(max:kiln_high) reduction(min:kiln_bound, kiln_step)", "The "
+     "same, finding a counted lockstep loop's highest start and its bound and step."),
+    ("_IN", True, "", "The same for the threads whose x index is in [kiln_lo, kiln_hi) (a "
+     "guard's range)."),
+    ("_ALL_IN", True, " reduction(&:kiln_all)", "The same, and-reducing kiln_all (set by "
+     "the threads that pass a guard's test)."),
+    ("_ANY_IN", True, " reduction(|:kiln_any)", "The same, or-reducing kiln_any (set by "
+     "the threads still in a lockstep inner loop)."),
 )
-"""`KILN_FOR_EACH_THREAD` and its variants: suffix, reduction clauses, comment."""
+"""`KILN_FOR_EACH_THREAD` and its variants: suffix, whether it takes an x range, reduction
+clauses, comment."""
 
 
 def launch_format(abi: Sequence[AbiParam]) -> struct.Struct:
@@ -91,10 +105,20 @@ def launch_format(abi: Sequence[AbiParam]) -> struct.Struct:
 
 def host_threads() -> int:
     """Host threads a launch may use: `KILN_NUM_THREADS`, else every core this process may
-    run on."""
+    run on (`process_cores`)."""
     chosen = settings.num_threads()
     if chosen is not None:
         return chosen
+    return process_cores()
+
+
+@functools.cache
+def process_cores() -> int:
+    """The cores this process may run on, read once: the first time, before any kernel has
+    started the OpenMP runtime. The affinity read is the calling thread's, and an OpenMP
+    runtime told to bind threads (`OMP_PROC_BIND`, `OMP_PLACES`) binds the thread that
+    starts it to one core: read after that, every launch would run on one thread (16 cores:
+    softmax_rows 4096x1024 took 14.5 ms instead of 1.0 ms)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -113,12 +137,16 @@ def thread_loop_prologue(simd: str = "") -> str:
     `simd` (OpenMP's "omp simd") marks each macro's x loop, with the reductions its loop
     makes: SIMT threads of a region have no ordering between them."""
     text = INCLUDES
-    for suffix, clauses, comment in THREAD_LOOP_MACROS:
+    for suffix, ranged, clauses, comment in THREAD_LOOP_MACROS:
+        x_from, x_to = ("(kiln_lo)", "(kiln_hi)") if ranged else ("0", "kiln_block_dim_x")
         loops = [f"for (int32_t kiln_thread_idx_{a} = 0; kiln_thread_idx_{a} < "
-                 f"kiln_block_dim_{a}; kiln_thread_idx_{a}++)" for a in "zyx"]
+                 f"kiln_block_dim_{a}; kiln_thread_idx_{a}++)" for a in "zy"]
+        loops.append(f"for (int32_t kiln_thread_idx_x = {x_from}; kiln_thread_idx_x < {x_to}; "
+                     "kiln_thread_idx_x++)")
         if simd:
             loops.insert(2, f'_Pragma("{simd}{clauses}")')
-        text += f"\n/* {comment} */\n#define KILN_FOR_EACH_THREAD{suffix} \\\n"
+        params = "(kiln_lo, kiln_hi)" if ranged else ""
+        text += f"\n/* {comment} */\n#define KILN_FOR_EACH_THREAD{suffix}{params} \\\n"
         text += " \\\n".join(loops) + "\n"
     return text
 
@@ -276,8 +304,152 @@ class ThreadLoopEmitter(CEmitter):
     # ------------------------------------------------------------ thread loops
 
     def stmt_ThreadLoop(self, s: ir.ThreadLoop) -> None:
-        with self.threads(s, "KILN_FOR_EACH_THREAD") as declared:
-            self.block(s.body[declared:])
+        """Its threads; a guarded loop (`thread_guard`) over the x range its guard lets
+        through, and where its test can be, after testing every thread: where all pass,
+        without a test."""
+        initial = initialisations(s.body, s.private)
+        guard = thread_guard(self.blocks, s, initial, self.ranges.fits)
+        if guard is None:
+            self.thread_body(s, s.body[len(initial):], "")
+            return
+        with self.indented("{"):  # scopes the range's and the test's variables
+            x_range = self.thread_range(guard)
+            if not guard.uniform:
+                self.guarded_threads(s, guard, x_range)
+                return
+            assert guard.test is not None
+            self.line("int kiln_all = 1;")
+            reads = [guard.test, *(a.value for a in initial)]
+            with self.threads(s, f"KILN_FOR_EACH_THREAD_ALL_IN{x_range}", reads=reads):
+                test = self.expr(guard.test).wrap(BINARY_PREC["&"] + 1)
+                self.line(f"kiln_all &= {test};")
+            with self.indented("if (kiln_all) {", closer=""):
+                self.thread_body(s, guard.body, x_range)
+            with self.indented("} else {"):
+                self.guarded_threads(s, guard, x_range)
+
+    def guarded_threads(self, s: ir.ThreadLoop, guard: ThreadGuard, x_range: str) -> None:
+        """The threads of `x_range` run the guard's body where its test holds."""
+        if guard.test is None:
+            self.thread_body(s, guard.body, x_range)
+            return
+        with (self.threads(s, f"KILN_FOR_EACH_THREAD_IN{x_range}"),
+              self.indented(f"if ({self.expr(guard.test).text}) {{", loc=s.loc)):
+            self.block(guard.body)
+
+    def thread_body(self, s: ir.ThreadLoop, body: list[ir.Stmt], x_range: str) -> None:
+        """`body` (what follows the loop's initial assignments) for the threads of `x_range`
+        (all without one), its inner loop lockstep where it has one that can be."""
+        macro = f"KILN_FOR_EACH_THREAD_IN{x_range}" if x_range else "KILN_FOR_EACH_THREAD"
+        found = inner_loop(body)
+        plan = plan_region(self.blocks, s)
+        state = carried(found, plan.thread_locals) if found is not None else []
+        if (found is None or plan.kept
+                or any(has_side_effects(a.value) for a in initialisations(s.body, s.private))
+                or any(isinstance(self.func.var_type(n), ArrayType) for n in state)):
+            with self.threads(s, macro):
+                self.block(body)
+            return
+        self.lockstep_inner(s, found, state, x_range or "(0, kiln_block_dim_x)")
+
+    def lockstep_inner(self, s: ir.ThreadLoop, found: InnerLoop, state: list[str],
+                       x_range: str) -> None:
+        """The thread loop in three parts: each thread's statements before the inner loop;
+        passes of one iteration of every thread still in the loop (`kiln_live`), until
+        none is; the statements after it. Between them each thread's variables wait in
+        per-thread arrays (`NAME_ls`)."""
+        kept = {n: self.names.fresh(f"{self.names[n]}_ls") for n in state}
+        loop = found.loop
+        with self.indented("{"):
+            for n, arr in kept.items():
+                self.line(f"{self.ctype(self.func.var_type(n))} {arr}[kiln_nt];")  # type: ignore[arg-type]
+            self.line("int32_t kiln_live[kiln_nt];")
+
+            def save() -> None:
+                for n, arr in kept.items():
+                    self.line(f"{arr}[kiln_t] = {self.names[n]};")
+
+            def restore() -> None:
+                for n, arr in kept.items():
+                    self.line(f"{self.names[n]} = {arr}[kiln_t];")
+
+            before = reads_and_writes(found.pre)[1] | set(plan_region(self.blocks, s).loads)
+            if isinstance(loop, ir.For):
+                before.add(loop.var)
+            unset = [n for n in state if n not in before]
+            with self.threads(s, f"KILN_FOR_EACH_THREAD_IN{x_range}", linear=True):
+                for n in unset:  # set by the loop: a value to keep until it is
+                    self.line(f"{self.names[n]} = 0;")
+                self.block(found.pre)
+                if isinstance(loop, ir.For):
+                    self.line(f"{self.var(loop.var)} = {self.expr(loop.start).text};", loop.loc)
+                self.line("kiln_live[kiln_t] = 1;")
+                save()
+            with self.indented("for (;;) {", loc=loop.loc):
+                self.line("int kiln_any = 0;")
+                with self.threads(s, f"KILN_FOR_EACH_THREAD_ANY_IN{x_range}", linear=True):
+                    restore()
+                    self.line("int32_t kiln_in = kiln_live[kiln_t];")
+                    with self.indented("if (kiln_in) {"):  # locals only: gcc if-converts it
+                        self.lockstep_iteration(found)
+                    save()
+                    self.line("kiln_live[kiln_t] = kiln_in;")
+                    self.line("kiln_any |= kiln_in;")
+                self.line("if (!kiln_any) break;")
+            with self.threads(s, f"KILN_FOR_EACH_THREAD_IN{x_range}", linear=True):
+                restore()
+                self.block(found.post)
+
+    def lockstep_iteration(self, found: InnerLoop) -> None:
+        """One iteration of the inner loop for a thread still in it, as the sequential loop
+        runs it (a `for`: test, body, step; its leading `break` test first)."""
+        loop = found.loop
+        if isinstance(loop, ir.For):
+            var = self.var(loop.var)
+            step = loop.step
+            assert isinstance(step, ir.Const)
+            op = "<" if step.value > 0 else ">"
+            test = f"{var} {op} {self.expr(loop.stop).wrap(BINARY_PREC[op] + 1)}"
+        else:
+            test = self.expr(loop.cond).text
+        with self.indented(f"if ({test}) {{", closer="", loc=loop.loc):
+            if found.exit is not None:
+                with self.indented(f"if ({self.expr(found.exit).text}) {{", closer=""):
+                    self.line("kiln_in = 0;")
+                with self.indented("} else {"):
+                    self.block(found.body)
+                    if isinstance(loop, ir.For):
+                        self.line(f"{var} += {self.expr(loop.step).text};")
+            else:
+                self.block(found.body)
+                if isinstance(loop, ir.For):
+                    self.line(f"{var} += {self.expr(loop.step).text};")
+        with self.indented("} else {"):
+            self.line("kiln_in = 0;")
+
+    def thread_range(self, guard: ThreadGuard) -> str:
+        """`(lo, hi)`, the x indices the guard's bounds let through, computed at block level
+        in 64 bits: a bound's value is clamped to +-2^34 before its shift (at most 2^32)
+        is taken off, since x + shift, an i32 that does not wrap, is within 2^33 of 0; then
+        to [-1, block_dim_x], so that adding 1 cannot overflow."""
+        if not guard.lows and not guard.highs:
+            return "(0, kiln_block_dim_x)"
+        self.line("int64_t kiln_x_lo = 0, kiln_x_hi = kiln_block_dim_x, kiln_x_b;")
+        for bounds, name, op in ((guard.lows, "kiln_x_lo", ">"), (guard.highs, "kiln_x_hi", "<")):
+            for bound in bounds:
+                value = self.cast(self.expr(bound.value), i64).text
+                self.line(f"kiln_x_b = {value};")
+                shift = bound.shift
+                if shift.by is not None:
+                    by = self.cast(self.expr(shift.by), i64).wrap(BINARY_PREC["-"] + 1)
+                    sign = "-" if shift.sign > 0 else "+"
+                    self.line(f"kiln_x_b = (kiln_x_b < -{CLAMP} ? -{CLAMP} : kiln_x_b > {CLAMP} "
+                              f"? {CLAMP} : kiln_x_b) {sign} {by};")
+                offset = f" + {bound.offset}" if bound.offset else ""
+                self.line("kiln_x_b = (kiln_x_b < -1 ? -1 : kiln_x_b > kiln_block_dim_x ? "
+                          f"kiln_block_dim_x : kiln_x_b){offset};")
+                self.line(f"{name} = kiln_x_b {op} {name} ? kiln_x_b : {name};")
+        return "((int32_t)kiln_x_lo, (int32_t)kiln_x_hi)"
 
     def stmt_LockstepLoop(self, s: ir.LockstepLoop) -> None:
         """Its passes (`masked_loop`), after its unmasked iterations when it is counted
@@ -353,21 +525,21 @@ class ThreadLoopEmitter(CEmitter):
 
     @contextlib.contextmanager
     def threads(self, loop: ir.ThreadLoop | ir.LockstepLoop, macro: str,
-                reads: list[ir.Expr] | None = None) -> Iterator[int]:
+                reads: list[ir.Expr] | None = None, linear: bool = False) -> Iterator[int]:
         """`macro {` with the loop's thread and block variables loaded (and stored back
         after; with `reads`, only what those expressions read is loaded and nothing is
         stored), and its private variables declared: those a thread loop's body starts
         by assigning are declared there (yields how many such statements it emitted). A
         block variable's last thread's value is kept, through a second variable, so no
-        thread reads another's update."""
+        thread reads another's update. `linear`: `kiln_t` is defined in any case."""
         plan = plan_region(self.blocks, loop, reads)
         for name in plan.kept:
             self.line(f"{self.block_stores[name]} = {self.block_values[name]};")
         self.thread_locals = plan.thread_locals
         self.thread_return = False
         with self.indented(f"{macro} {{"):
-            if (any(n in self.thread_arrays for n in plan.loads) or plan.skips_exited
-                    or plan.lockstep):
+            if (linear or any(n in self.thread_arrays for n in plan.loads)
+                    or plan.skips_exited or plan.lockstep):
                 self.line(LINEAR_THREAD)
             if plan.skips_exited:
                 self.line("if (kiln_exited[kiln_t]) continue;")

@@ -25,7 +25,13 @@ from ...backend import (
 )
 from ...codegen.compiler import SourceCompiler
 from ...codegen.diagnostics import compile_error
-from ...codegen.threadloops import BLOCK_DIMS, host_threads, launch_format, team_size
+from ...codegen.threadloops import (
+    BLOCK_DIMS,
+    host_threads,
+    launch_format,
+    process_cores,
+    team_size,
+)
 from ...framework.buildenv import BuildEnv, ToolNotFoundError
 from ...framework.cache import CacheEntry, CompileCache, cache_key
 from ...ir.abi import abi_values
@@ -138,10 +144,11 @@ def _open(path: Path) -> ctypes.CDLL:
     """A kernel's library, loaded. The first one starts the OpenMP runtime with the wait
     policy exported for that moment only (the runtime reads it once: libgomp as it loads,
     LLVM's libomp at its first call), so the user's environment, and child processes,
-    keep theirs."""
+    keep theirs; the cores this process may use are read before (`process_cores`)."""
     with _OPENMP_LOCK:
         if _openmp["started"]:
             return ctypes.CDLL(str(path))
+        process_cores()  # read before the runtime may bind this thread to one core
         with settings.exported(_passive_waits()):
             library = ctypes.CDLL(str(path))
             if hasattr(library, "omp_get_max_threads"):

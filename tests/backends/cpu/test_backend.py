@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -417,3 +419,25 @@ print(int(x[0]), kiln.device('cpu').capabilities.compute_units,
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[2] == "active"
     assert "GOMP_SPINCOUNT = '0'" not in result.stderr
+
+
+def test_launches_use_every_core_when_openmp_binds_its_threads(cpu: kiln.Device) -> None:
+    """An OpenMP runtime told to bind threads binds the thread that starts it to one core;
+    launches after that still use every core the process had."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    if cores < 2:
+        pytest.skip("one core here: nothing to lose to a binding")
+    code = """
+import os, numpy as np, kiln
+from kiln.codegen import host_threads
+from kiln.examples import vector_add
+x = np.ones(64, np.float32)
+vector_add[1, 64](x, x, x, 64)
+print(len(os.sched_getaffinity(0)), host_threads(), x[0])
+"""
+    result = run_python(code, {"OMP_PROC_BIND": "close", "KILN_BACKEND": "cpu"})
+    assert result.returncode == 0, result.stderr
+    bound, threads, value = result.stdout.split()
+    if bound != "1":
+        pytest.skip("this OpenMP runtime does not bind the thread that starts it")
+    assert (int(threads), value) == (cores, "2.0")
