@@ -22,6 +22,7 @@ from ...ir.visit import walk
 from . import warps  # noqa: F401 - registers the warp operations' spellings
 from .matrix import PRELUDE as MATRIX_PRELUDE
 from .matrix import uses_matrix_units
+from .wgmma import prelude as warpgroup_prelude
 
 STATIC_SHARED_LIMIT = 48 * 1024
 DYNAMIC_SHARED = re.compile(r"// kiln dynamic shared: (\d+) bytes")
@@ -116,7 +117,7 @@ class CudaEmitter(NativeVectors, CEmitter):
     def emit_prologue(self) -> None:
         self.prologue = PROLOGUE + HALF if _uses_half(self.program) else PROLOGUE
         if uses_matrix_units(self.program):
-            self.prologue += MATRIX_PRELUDE
+            self.prologue += MATRIX_PRELUDE + warpgroup_prelude(self.program)
         super().emit_prologue()
 
 
