@@ -167,9 +167,10 @@ class _Lowering(Transformer):
         self.func.locals[name] = t
         return name
 
-    def loop(self, hint: str, n: int, body: Callable[[ir.Expr], list[ir.Stmt]]) -> ir.For:
+    def loop(self, hint: str, n: int, body: Callable[[ir.Expr], list[ir.Stmt]],
+             unroll: int | None = None) -> ir.For:
         var = self.fresh(hint)
-        return ir.For(var, _c(0), _c(n), _c(1), body(ir.Var(i32, var)))
+        return ir.For(var, _c(0), _c(n), _c(1), body(ir.Var(i32, var)), unroll)
 
     def storage(self, name: str) -> ir.Var:
         return ir.Var(self.func.locals[name], name)
@@ -429,7 +430,8 @@ class _Lowering(Transformer):
             return [ir.Store(array, [_add(ir.Var(i32, r0), r), _add(ir.Var(i32, c0), c)],
                              _cast(value, elem))]
 
-        out.append(self.loop("i", wgmma_width(acc.type) // 2, element))
+        count = wgmma_width(acc.type) // 2  # unrolled: constant indices keep acc in registers
+        out.append(self.loop("i", count, element, unroll=count))
         return out
 
     def warpgroup_sync(self, name: str, *args: ir.Expr, loc: ir.Loc | None) -> list[ir.Stmt]:

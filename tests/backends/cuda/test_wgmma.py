@@ -9,6 +9,7 @@ import pytest
 
 import kiln
 from kiln import bf16, f16, f32
+from kiln.examples import make_matmul_wgmma
 from tests.helpers import requires_backend
 from tests.ir.passes.test_matrix_wgmma import product_kernel, run_products
 
@@ -16,6 +17,7 @@ nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not 
 
 from kiln.builtin_backends.cuda import backend as cuda  # noqa: E402
 from kiln.builtin_backends.cuda import nvrtc as kiln_nvrtc  # noqa: E402
+from kiln.builtin_backends.cuda.dialect import DYNAMIC_SHARED  # noqa: E402
 from kiln.builtin_backends.cuda.wgmma import arch_for  # noqa: E402
 from kiln.ir.passes import pipeline_for  # noqa: E402
 
@@ -83,3 +85,20 @@ def test_wgmma_on_the_gpu_matches_numpy(elem: kiln.ScalarType, width: int) -> No
     native = cuda.has_warpgroup_mma(device)
     src = product_kernel(elem, width).source(device.backend, *TYPES[elem])
     assert ("wgmma.mma_async" in src) == native
+
+
+@pytest.mark.parametrize("bn", [128, 256], ids=lambda n: f"n{n}")
+def test_gemm_example_compiles_for_sm90a(bn: int) -> None:
+    """The pipelined example: cp.async copies, wgmma m64nNk16 from descriptors, its
+    accumulators in registers, shared tiles over 48 KiB in dynamic shared memory."""
+    kernel = make_matmul_wgmma(bf16, bm=128, bn=bn, bk=64, stages=3)
+    program = kernel.program((bf16[:, :], bf16[:, :], bf16[:, :]))
+    for stage in pipeline_for(None, matrix_units=True, warpgroup_mma=True):
+        program = stage(program)
+    src = cuda.compiler.generate_source(program)
+    assert DYNAMIC_SHARED.search(src)
+    ptx = kiln_nvrtc.compile_source(src, kernel.name, kiln_nvrtc.options_for("sm_90a", "ptx"),
+                                    "ptx").decode()
+    assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16" in ptx
+    assert "cp.async.cg.shared.global" in ptx and ".local" not in ptx
+    assert kiln_nvrtc.compile_source(src, kernel.name, kiln_nvrtc.options_for("sm_90a", "cubin"))

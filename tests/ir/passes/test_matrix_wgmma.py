@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import kiln
 from kiln import bf16, f16, f32, f64
+from kiln.examples import make_matmul_wgmma, matmul_wgmma_launch
 from kiln.ir.passes import pipeline_for
 from tests.helpers import assert_kernel_error, marked_line
 
@@ -120,6 +121,48 @@ def test_accumulator_layout_is_ptx_m64nNk16(interp: kiln.Device) -> None:
             col = 8 * (i // 4) + 2 * (lane % 4) + i % 2
             expect[row, col] = 1000 * thread + i
     np.testing.assert_array_equal(out, expect)
+
+
+GEMM_DEVICES = [d for d in DEVICES if d.backend.name in ("interp", "cpu", "cuda")]
+
+
+@pytest.mark.parametrize("device", GEMM_DEVICES, ids=[d.backend.name for d in GEMM_DEVICES])
+def test_gemm_example(device: kiln.Device) -> None:
+    """The pipelined example at a small tiling: three k tiles through two stages, two block
+    rows and columns, bf16 results (the f32 sums rounded once)."""
+    kernel = make_matmul_wgmma(bf16, bm=128, bn=32, bk=32, stages=2)
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((256, 96)).astype(ml_dtypes.bfloat16)
+    bt = rng.standard_normal((64, 96)).astype(ml_dtypes.bfloat16)
+    c = np.full((256, 64), np.nan, ml_dtypes.bfloat16)
+    matmul_wgmma_launch(kernel, a, bt, c, device=device)
+    device.synchronize()
+    ref = a.astype(np.float64) @ bt.T.astype(np.float64)
+    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2.0**-8, atol=1e-4)
+
+
+def test_gemm_example_wide_tiles(interp: kiln.Device) -> None:
+    """N = 128 per warpgroup (64 accumulators a thread); the default's 3 stages of k = 64
+    need 96 KiB of shared memory, more than the interpreter's 48."""
+    kernel = make_matmul_wgmma(bf16, bm=128, bn=128, bk=32, stages=2)
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((128, 128)).astype(ml_dtypes.bfloat16)
+    bt = rng.standard_normal((128, 128)).astype(ml_dtypes.bfloat16)
+    c = np.full((128, 128), np.nan, np.float32)
+    matmul_wgmma_launch(kernel, a, bt, c, device=interp)
+    ref = a.astype(np.float64) @ bt.T.astype(np.float64)
+    np.testing.assert_allclose(c, ref, rtol=0, atol=128 * 2.0**-24 * np.abs(ref).max())
+
+
+def test_gemm_launch_checks_shapes(interp: kiln.Device) -> None:
+    kernel = make_matmul_wgmma()
+    a = np.zeros((128, 64), ml_dtypes.bfloat16)
+    with pytest.raises(ValueError, match="multiples of 128, 128, 64"):  # the default tiling
+        matmul_wgmma_launch(kernel, a, np.zeros((100, 64), a.dtype),
+                            np.zeros((128, 100), np.float32), device=interp)
+    with pytest.raises(ValueError, match=r"\(128, 64\) and \(128, 32\).T"):
+        matmul_wgmma_launch(kernel, a, np.zeros((128, 32), a.dtype),
+                            np.zeros((128, 128), np.float32), device=interp)
 
 
 # ---------------------------------------------------------------- errors
