@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kiln
-from kiln import bf16, f16, f32, f64
+from kiln import bf16, f16, f32, f64, i32
 from kiln.examples import make_matmul_wgmma, matmul_wgmma_launch
 from kiln.ir.passes import pipeline_for
 from tests.helpers import assert_kernel_error, marked_line
@@ -163,6 +163,41 @@ def test_gemm_launch_checks_shapes(interp: kiln.Device) -> None:
     with pytest.raises(ValueError, match=r"\(128, 64\) and \(128, 32\).T"):
         matmul_wgmma_launch(kernel, a, np.zeros((128, 32), a.dtype),
                             np.zeros((128, 128), np.float32), device=interp)
+
+
+@kiln.kernel
+def offset_k(a: bf16[:, :], bt: bf16[:, :], c: f32[:, :], k: i32):
+    """One product at a run-time k (A's and B's)."""
+    sa = kiln.shared(bf16, (4, 64, 8))
+    sb = kiln.shared(bf16, (4, 8, 8))
+    acc = kiln.local(f32, 4)
+    t = kiln.thread_idx.x
+    for i in range(4):
+        acc[i] = 0.0
+    for e in range(t, 64 * 32, 128):
+        sa[(e % 32) // 8, e // 32, e % 8] = a[e // 32, e % 32]
+    for e in range(t, 8 * 32, 128):
+        sb[(e % 32) // 8, e // 32, e % 8] = bt[e // 32, e % 32]
+    kiln.wgmma_fence()
+    kiln.barrier()
+    kiln.wgmma(acc, sa, 0, k, sb, k, 0)
+    kiln.wgmma_commit()
+    kiln.wgmma_wait(0)
+    kiln.wgmma_store(c, 0, 0, acc)
+
+
+@pytest.mark.parametrize("k, used", [(16, 16), (8, 8), (13, 8)])
+def test_run_time_depth_rounds_down_to_a_core_matrix(interp: kiln.Device, k: int,
+                                                     used: int) -> None:
+    """A run-time k that is not a multiple of 8 means the core matrix it falls in, as the
+    descriptors of the native form address it."""
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((64, 32)).astype(ml_dtypes.bfloat16)
+    bt = rng.standard_normal((8, 32)).astype(ml_dtypes.bfloat16)
+    c = np.full((64, 8), np.nan, np.float32)
+    kiln.launch(offset_k, 1, 128, (a, bt, c, np.int32(k)), device=interp)
+    ref = a[:, used:used + 16].astype(np.float64) @ bt[:, used:used + 16].T.astype(np.float64)
+    np.testing.assert_allclose(c, ref, rtol=0, atol=1e-5)
 
 
 # ---------------------------------------------------------------- errors
