@@ -28,7 +28,9 @@ Warpgroup products (`kiln.wgmma`, with `wgmma_fence`, `wgmma_commit`, `wgmma_wai
 (`warpgroup`: CUDA sm_90) a product is one "matrix_native" intrinsic that CUDA spells as
 `wgmma.mma_async` over shared-memory descriptors (`kiln.builtin_backends.cuda.wgmma`);
 elsewhere each thread computes its N / 2 elements from shared memory, k in order, and the
-fences, commits and waits vanish. Stores are the same scalar code in both forms.
+fences, commits and waits vanish. Stores are the same scalar code in both forms. A block
+that is not whole warpgroups skips each product (and, natively, each fence, commit and
+wait) and reports a ConvergenceError through the status array (`kiln.ir.passes.status`).
 """
 
 from __future__ import annotations
@@ -36,17 +38,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-from ...errors import KernelTypeError
+from ...errors import ConvergenceError, KernelTypeError
 from .. import nodes as ir
 from ..enums import MemorySpace
 from ..intrinsics import WGMMA_CORE, WGMMA_DEPTH, WGMMA_ROWS, intrinsics, wgmma_width
 from ..types import ArrayType, FragmentType, ScalarType, Type, bool_, f32, i32, u32, void
 from ..visit import Transformer, walk
 from .common import all_functions, clone_program
+from .status import Status
 
 TF32_SPLIT = 8193.0  # 2^13 + 1: Veltkamp's split keeps 24 - 13 = 11 significant bits
 TF32_LIMIT = 2.0**100  # beyond it the split could overflow; such values pass unrounded
 KINDS = {"f16": 0, "bf16": 1, "f32": 2}  # the element kind argument of native_mma
+WARPGROUP = 128  # threads of a warpgroup: four consecutive warps
 
 
 def lower_matrix_ops(native: bool, warpgroup: bool = False
@@ -63,12 +67,18 @@ def _lower(program: ir.Program, native: bool, warpgroup: bool = False) -> ir.Pro
     if not _uses_matrix_ops(program):
         return program
     program = clone_program(program)
+    status = Status(program)
     for func in all_functions(program):
         for p in func.params:
             if isinstance(p.type, FragmentType):
                 raise KernelTypeError(f"matrix fragments cannot be passed to functions "
                                       f"(parameter '{p.name}' of {func.name})", func.loc)
-        _Lowering(func, native, warpgroup).run()
+        lowering = _Lowering(func, native, warpgroup, status)
+        lowering.run()
+        if lowering.reports:
+            status.reporters.add(func.name)
+    if status.reporters:
+        status.thread()
     return program
 
 
@@ -139,10 +149,13 @@ Ref = tuple[ir.Var, ir.Expr]
 
 
 class _Lowering(Transformer):
-    def __init__(self, func: ir.Function, native: bool, warpgroup: bool) -> None:
+    def __init__(self, func: ir.Function, native: bool, warpgroup: bool,
+                 status: Status) -> None:
         self.func = func
         self.native = native
         self.warpgroup = warpgroup
+        self.status = status
+        self.reports = False  # whether a partial warpgroup's check writes the status
         self.count = 0
         self.sizes: dict[str, int] = {}  # fragment storage name -> elements per fragment
 
@@ -380,6 +393,18 @@ class _Lowering(Transformer):
         width = wgmma_width(acc.type)
         _check_tile(sa, a_row, a_col, WGMMA_ROWS, "A", loc)
         _check_tile(sb, b_col, b_row, width, "B", loc)
+        code = self.status.add(ir.RuntimeCheck(
+            ConvergenceError, "kiln.wgmma needs whole warpgroups: launch blocks of a multiple "
+            f"of {WARPGROUP} threads", loc))
+        self.reports = True
+        report: list[ir.Stmt] = [ir.Store(self.status.var(), [_c(0)], _c(code))]
+        return [ir.If(_partial_warpgroup(), report, self.product(
+            acc, sa, a_row, a_col, sb, b_row, b_col, width, loc))]
+
+    def product(self, acc: ir.Var, sa: ir.Var, a_row: ir.Expr, a_col: ir.Expr, sb: ir.Var,
+                b_row: ir.Expr, b_col: ir.Expr, width: int,
+                loc: ir.Loc | None) -> list[ir.Stmt]:
+        """One warpgroup product, natively or as each thread's dot products."""
         if self.warpgroup:
             kind = _c(KINDS[_tile_type(sa).elem.name])
             return [ir.ExprStmt(ir.IntrinsicCall(
@@ -388,7 +413,7 @@ class _Lowering(Transformer):
                  sb, _core_offset(sb, b_col, b_row), _leading_bytes(sb), kind], loc=loc))]
         group, names = self.fresh("lane"), [self.fresh(h) for h in ("ar", "ak", "bk", "bn")]
         lane = ir.Var(i32, group)
-        out: list[ir.Stmt] = [ir.Assign(group, _linear_lane(128))]
+        out: list[ir.Stmt] = [ir.Assign(group, _linear_lane(WARPGROUP))]
         out += [ir.Assign(name, value) for name, value in
                 zip(names, (a_row, _bin(">>", a_col, _c(3)), _bin(">>", b_row, _c(3)), b_col))]
         ar, ak, bk, bn = (ir.Var(i32, name) for name in names)
@@ -421,7 +446,7 @@ class _Lowering(Transformer):
         elem = _tile_type(array).elem
         assert isinstance(elem, ScalarType)
         group, r0, c0 = self.fresh("lane"), self.fresh("row"), self.fresh("col")
-        out: list[ir.Stmt] = [ir.Assign(group, _linear_lane(128)), ir.Assign(r0, row),
+        out: list[ir.Stmt] = [ir.Assign(group, _linear_lane(WARPGROUP)), ir.Assign(r0, row),
                               ir.Assign(c0, col)]
 
         def element(i: ir.Expr) -> list[ir.Stmt]:
@@ -439,7 +464,8 @@ class _Lowering(Transformer):
         where each product is done when its statement ends."""
         if not self.warpgroup:
             return []
-        return [ir.ExprStmt(ir.IntrinsicCall(void, f"native_{name}", list(args), loc=loc))]
+        call = ir.ExprStmt(ir.IntrinsicCall(void, f"native_{name}", list(args), loc=loc))
+        return [ir.If(_partial_warpgroup(), [], [call])]  # the product reports the block
 
     def op_wgmma_fence(self, loc: ir.Loc | None) -> list[ir.Stmt]:
         return self.warpgroup_sync("wgmma_fence", loc=loc)
@@ -472,6 +498,15 @@ def _flat(array: ir.Var, indices: list[ir.Expr]) -> ir.Expr:
         dim = _c(t.shape[axis]) if t.shape is not None else ir.ArrayDim(i32, array, axis)
         flat = _add(_bin("*", flat, dim), indices[axis])
     return flat
+
+
+def _partial_warpgroup() -> ir.Expr:
+    """Whether the block's thread count is not a whole number of warpgroups (uniform)."""
+    def dim(axis: str) -> ir.Expr:
+        return ir.IntrinsicCall(i32, f"block_dim_{axis}", [])
+
+    threads = _bin("*", _bin("*", dim("x"), dim("y")), dim("z"))
+    return ir.Compare(bool_, "!=", _bin("&", threads, _c(WARPGROUP - 1)), _c(0))
 
 
 def _tile_type(array: ir.Var) -> ArrayType:

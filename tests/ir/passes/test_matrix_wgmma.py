@@ -203,6 +203,24 @@ def test_run_time_depth_rounds_down_to_a_core_matrix(interp: kiln.Device, k: int
 # ---------------------------------------------------------------- errors
 
 
+@pytest.mark.parametrize("device", DEVICES, ids=[d.backend.name for d in DEVICES])
+def test_partial_warpgroups_are_reported(device: kiln.Device) -> None:
+    """A block that is not whole warpgroups (192 threads) skips the products (natively
+    they would wait for warps that do not exist) and raises at the next synchronisation,
+    at the product's line, on every backend; the next launch is not affected."""
+    kernel = product_kernel(bf16, 8)
+    a, b, ref = operands(bf16, 8, seed=1)
+    c = np.full((128, 8), np.nan, np.float32)
+    with pytest.raises(kiln.ConvergenceError, match="multiple of 128 threads") as info:
+        kiln.launch(kernel, 1, 192, (a, b, c), device=device)
+        device.synchronize()
+    assert info.value.loc is not None
+    assert info.value.loc.line == marked_line(kernel, "kiln.wgmma(acc")
+    kiln.launch(kernel, 1, 256, (a, b, c), device=device)
+    device.synchronize()
+    np.testing.assert_allclose(c, ref, rtol=0, atol=32 * 2.0**-24 * np.abs(ref).max() + 1e-6)
+
+
 @kiln.kernel
 def divergent(c: f32[:, :]):
     sa = kiln.shared(bf16, (2, 64, 8))
