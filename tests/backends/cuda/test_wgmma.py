@@ -9,7 +9,7 @@ import pytest
 
 import kiln
 from kiln import bf16, f16, f32
-from kiln.examples import make_matmul_wgmma
+from kiln.examples import make_matmul_wgmma, matmul_wgmma_launch
 from tests.helpers import requires_backend
 from tests.ir.passes.test_matrix_wgmma import product_kernel, run_products
 
@@ -102,3 +102,20 @@ def test_gemm_example_compiles_for_sm90a(bn: int) -> None:
     assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16" in ptx
     assert "cp.async.cg.shared.global" in ptx and ".local" not in ptx
     assert kiln_nvrtc.compile_source(src, kernel.name, kiln_nvrtc.options_for("sm_90a", "cubin"))
+
+
+@pytest.mark.gpu
+@requires_backend("cuda", "no CUDA GPU")
+@pytest.mark.parametrize("bn", [128, 256], ids=lambda n: f"n{n}")
+def test_gemm_example_on_the_gpu_matches_numpy(bn: int) -> None:
+    """The default tiling (96 KiB of shared memory at N = 128) over several block tiles and
+    k steps; bf16 results are the f32 sums rounded once."""
+    device = kiln.device("cuda")
+    kernel = make_matmul_wgmma(bf16, bm=128, bn=bn, bk=64, stages=3)
+    rng = np.random.default_rng(bn)
+    a = rng.standard_normal((256, 512)).astype(bf16.dtype)
+    bt = rng.standard_normal((512, 512)).astype(bf16.dtype)
+    c = np.full((256, 512), np.nan, bf16.dtype)
+    matmul_wgmma_launch(kernel, a, bt, c, device=device)
+    ref = a.astype(np.float64) @ bt.T.astype(np.float64)
+    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2.0**-8, atol=1e-3)
