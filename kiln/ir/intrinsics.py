@@ -489,7 +489,8 @@ MATRIX_NATIVE = {
     # (acc, a tile, a offset, a leading byte offset, b tile, b offset, b leading byte
     # offset, kind 0 f16 or 1 bf16): offsets in elements, of core matrices' first rows
     "native_wgmma": True,
-    "native_wgmma_fence": True, "native_wgmma_commit": True, "native_wgmma_wait": True,
+    "native_wgmma_fence": True, "native_wgmma_commit": True,
+    "native_wgmma_wait": True,  # (pending groups, accumulators the products may write...)
     # (dst, dst flat index, src, src flat index, bytes)
     "native_copy_async": False, "native_copy_async_commit": False,
     "native_copy_async_wait": False,
@@ -497,7 +498,7 @@ MATRIX_NATIVE = {
 }
 for _name, _warp in MATRIX_NATIVE.items():
     _pure = _name == "native_tf32"
-    intrinsics.register(Intrinsic(_name, "matrix_native", (0, 8), _native(f32 if _pure else void),
+    intrinsics.register(Intrinsic(_name, "matrix_native", (0, 64), _native(f32 if _pure else void),
                                   None if _pure else Variance.THREAD, side_effects=not _pure,
                                   warp_convergent=_warp))
 

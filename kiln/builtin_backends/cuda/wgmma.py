@@ -39,6 +39,14 @@ static __device__ __forceinline__ void kiln_wgmma_commit() {
 template <int N> static __device__ __forceinline__ void kiln_wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }
+template <int C> static __device__ __forceinline__ void kiln_wgmma_pin(float *d) {
+    // after a wait: each accumulator register seen as rewritten here, so that no read of
+    // it moves above the wait (the compiler does not know that products run on)
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+        asm volatile("" : "+f"(d[i]) :: "memory");
+    }
+}
 """
 
 WGMMA_INSTRUCTION = re.compile(r"\bwgmma\.(mma_async|fence|commit_group|wait_group)\b")
@@ -110,7 +118,9 @@ def _product(emitter: Any, call: ir.IntrinsicCall, args: list[str]) -> str:
 def _wait(emitter: Any, call: ir.IntrinsicCall, args: list[str]) -> str:
     pending = call.args[0]
     assert isinstance(pending, ir.Const)
-    return f"kiln_wgmma_wait<{int(pending.value)}>()"
+    pins = "".join(f", kiln_wgmma_pin<{wgmma_width(acc.type) // 2}>({name})"
+                   for acc, name in zip(call.args[1:], args[1:]))
+    return f"(kiln_wgmma_wait<{int(pending.value)}>(){pins})"
 
 
 intrinsics.implement("cuda", {

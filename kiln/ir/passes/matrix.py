@@ -478,7 +478,27 @@ class _Lowering(Transformer):
         if pending < 0:
             raise KernelTypeError(f"kiln.wgmma_wait({pending}): the count of product groups "
                                   "left pending is at least 0", loc)
-        return self.warpgroup_sync("wgmma_wait", _c(pending), loc=loc)
+        return self.warpgroup_sync("wgmma_wait", _c(pending), *self.accumulators(), loc=loc)
+
+    def accumulators(self) -> list[ir.Var]:
+        """The arrays asynchronous products of this function may write: their accumulators
+        here and the f32 arrays it passes to functions. A native wait pins them after it
+        (the C++ compiler must not read them earlier: it cannot see the products run on)."""
+        found: dict[str, ir.Var] = {}
+        for n in walk(self.func.body):
+            if isinstance(n, ir.IntrinsicCall) and n.name == "wgmma":
+                args: list[ir.Expr] = n.args[:1]
+            elif isinstance(n, ir.Call):
+                args = n.args
+            else:
+                continue
+            for arg in args:
+                t = arg.type
+                if (isinstance(arg, ir.Var) and isinstance(t, ArrayType) and t.elem == f32
+                        and t.space is MemorySpace.LOCAL and t.shape is not None
+                        and t.ndim == 1 and t.size % 4 == 0 and 4 <= t.size <= 128):
+                    found.setdefault(arg.name, arg)
+        return list(found.values())
 
     statement_ops: ClassVar[dict[str, Callable[..., list[ir.Stmt]]]] = {
         "mma": op_mma, "mma_store": op_mma_store, "copy_async": op_copy_async,

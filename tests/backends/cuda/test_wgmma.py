@@ -40,6 +40,7 @@ def test_native_form_compiles_for_sm90a(elem: kiln.ScalarType, width: int) -> No
     the products, the commit and the wait; accumulators stay in registers."""
     src = hopper_source(elem, width)
     name = product_kernel(elem, width).name
+    assert f"kiln_wgmma_pin<{width // 2}>(acc)" in src  # no read of acc above the wait
     assert kiln_nvrtc.compile_source(src, name, kiln_nvrtc.options_for("sm_90a", "cubin"))
     ptx = kiln_nvrtc.compile_source(src, name, kiln_nvrtc.options_for("sm_90a", "ptx"),
                                     "ptx").decode()
