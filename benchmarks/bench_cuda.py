@@ -43,9 +43,11 @@ from kiln.examples import (
     make_matmul_f32,
     make_matmul_mma,
     make_matmul_tf32x3,
+    make_matmul_wgmma,
     matmul_mma_launch,
     matmul_naive,
     matmul_tiled_square,
+    matmul_wgmma_launch,
     vector_add,
 )
 
@@ -543,10 +545,16 @@ MMA_CONFIGS = (  # (bm, bn, bk, wm, wn, stages, group_m, prefetch)
     (128, 128, 64, 64, 64, 4, 8, True),
 )
 
+WGMMA_CONFIGS = (  # (bm, bn, bk, stages): one warpgroup per 64 rows
+    (128, 128, 64, 3),
+    (128, 256, 64, 3),
+    (128, 128, 64, 4),
+)
+
 
 def bench_matmul_mma(table: Table, quick: bool) -> None:
     """bf16 GEMM (f32 accumulation, bf16 result) on the tensor cores: kiln's
-    `make_matmul_mma` kernels beside cuBLAS (PyTorch) and Triton."""
+    `make_matmul_mma` and `make_matmul_wgmma` kernels beside cuBLAS (PyTorch) and Triton."""
     import torch
 
     dev = kiln.device("cuda")
@@ -558,7 +566,6 @@ def bench_matmul_mma(table: Table, quick: bool) -> None:
     a_h, b_h = (rng.standard_normal((n, n), np.float32).astype(kiln.bf16.dtype)
                 for _ in range(2))
     a, b = kiln.to_device(a_h, dev), kiln.to_device(b_h, dev)
-    c = kiln.full((n, n), np.nan, kiln.bf16, dev)
     rows = rng.choice(n, 16, replace=False)
     ref = a_h[rows].astype(np.float64) @ b_h.astype(np.float64)
 
@@ -566,22 +573,33 @@ def bench_matmul_mma(table: Table, quick: bool) -> None:
         err = rel_error(got.astype(np.float64), ref)
         assert err < 1e-2, f"{what}: relative error {err:.2e}"  # bf16 result rounding
 
+    def kiln_gemm(impl: str, label: str, make: Callable[[], kiln.Kernel],
+                  launch: Callable[..., None], b_operand: Any) -> None:
+        try:
+            kern = make()
+            c = kiln.full((n, n), np.nan, kiln.bf16, dev)
+            launch(kern, a, b_operand, c)
+            check(f"kiln {label}", c.numpy()[rows])
+        except Exception as exc:
+            table.add(work, impl, None, "TFLOP/s",
+                      f"{label}: failed: {type(exc).__name__}: {exc}"[:200])
+            return
+        guarded(table, work, impl, "TFLOP/s",
+                lambda: flops / kiln_event_median_ms(
+                    dev, lambda: launch(kern, a, b_operand, c), repeat),
+                f"{label}, {resources(kern)}")
+
     for bm, bn, bk, wm, wn, stages, group_m, prefetch in MMA_CONFIGS:
         label = (f"{bm}x{bn}x{bk}, warp {wm}x{wn}, {stages} stages, group {group_m}"
                  f"{', prefetch' if prefetch else ''}")
-        try:
-            kern = make_matmul_mma(kiln.bf16, bm, bn, bk, wm, wn, stages, group_m, prefetch)
-            c = kiln.full((n, n), np.nan, kiln.bf16, dev)
-            matmul_mma_launch(kern, a, b, c)
-            check(f"kiln {label}", c.numpy()[rows])
-        except Exception as exc:
-            table.add(work, "kiln matmul_mma", None, "TFLOP/s",
-                      f"{label}: failed: {type(exc).__name__}: {exc}"[:200])
-            continue
-        guarded(table, work, "kiln matmul_mma", "TFLOP/s",
-                lambda k=kern, cc=c: flops / kiln_event_median_ms(
-                    dev, lambda: matmul_mma_launch(k, a, b, cc), repeat),
-                f"{label}, {resources(kern)}")
+        kiln_gemm("kiln matmul_mma", label,
+                  lambda c=(bm, bn, bk, wm, wn, stages, group_m, prefetch): make_matmul_mma(
+                      kiln.bf16, *c), matmul_mma_launch, b)
+    bt = kiln.to_device(np.ascontiguousarray(b_h.T), dev)  # wgmma's B is k-contiguous
+    for bm, bn, bk, stages in WGMMA_CONFIGS:
+        kiln_gemm("kiln matmul_wgmma (a @ bt.T)", f"{bm}x{bn}x{bk}, {stages} stages",
+                  lambda c=(bm, bn, bk, stages): make_matmul_wgmma(kiln.bf16, *c),
+                  matmul_wgmma_launch, bt)
     ta, tb = (torch.from_numpy(x.view(np.uint16)).view(torch.bfloat16).cuda() for x in (a_h, b_h))
     tc = torch.matmul(ta, tb)
     check("cuBLAS", tc[torch.as_tensor(rows, device="cuda")].float().cpu().numpy())

@@ -185,6 +185,11 @@ copy_async = _b.intrinsic_object("copy_async")
 copy_async_commit = _b.intrinsic_object("copy_async_commit")
 copy_async_wait = _b.intrinsic_object("copy_async_wait")
 tf32 = _b.intrinsic_object("tf32")
+wgmma = _b.intrinsic_object("wgmma")
+wgmma_store = _b.intrinsic_object("wgmma_store")
+wgmma_fence = _b.intrinsic_object("wgmma_fence")
+wgmma_commit = _b.intrinsic_object("wgmma_commit")
+wgmma_wait = _b.intrinsic_object("wgmma_wait")
 
 __all__ = [name for name, value in globals().items()
            if not name.startswith("_") and name != "annotations"

@@ -383,6 +383,83 @@ def matmul_mma_launch(kernel: kiln.Kernel, a: Any, b: Any, c: Any, **launch: Any
                 **launch)
 
 
+def make_matmul_wgmma(elem: kiln.ScalarType = kiln.bf16, bm: int = 128, bn: int = 128,
+                      bk: int = 64, stages: int = 3, group_m: int = 8) -> kiln.Kernel:
+    """A warpgroup GEMM kernel (`kiln.wgmma`, Hopper's wgmma on sm_90): c = a @ bt.T for a
+    of m x k and bt of n x k (B transposed: both operands k-contiguous, as the core-matrix
+    layout wants them), f16 or bf16, c generic. Blocks of `bm` x `bn` outputs, one
+    warpgroup (128 threads) per 64 rows, k in steps of `bk` staged `stages` deep through
+    shared memory by 16-byte `copy_async` copies; block tiles in groups of `group_m` block
+    rows, as `make_matmul_mma`."""
+    groups = bm // 64
+    threads = groups * 128
+    kb = bk // 8  # core-matrix k blocks per stage
+    a_total, b_total = bm * kb, bn * kb  # 16-byte pieces of each tile
+    a_copies, b_copies = -(-a_total // threads), -(-b_total // threads)  # per thread
+    assert bm % 64 == 0 and bn % 8 == 0 and 8 <= bn <= 256 and bk % 16 == 0 and stages >= 2
+
+    @kiln.kernel
+    def matmul_wgmma(a: elem[:, :], bt: elem[:, :], c):
+        # a[r, k] of stage s at sa[s kb + k // 8, r, k % 8], bt[n, k] likewise in sb
+        sa = kiln.shared(elem, (stages * kb, bm, 8))
+        sb = kiln.shared(elem, (stages * kb, bn, 8))
+        acc = kiln.local(f32, bn // 2)
+        tid = kiln.thread_idx.x
+        wrow = (tid // 128) * 64  # this warpgroup's rows of the block tile
+        block = kiln.block_idx.y * kiln.grid_dim.x + kiln.block_idx.x
+        group = group_m * kiln.grid_dim.x
+        first = (block // group) * group_m
+        rows = min(kiln.grid_dim.y - first, group_m)
+        row0 = (first + (block % group) % rows) * bm
+        col0 = ((block % group) // rows) * bn
+        for i in kiln.static_range(bn // 2):
+            acc[i] = 0.0
+        ktiles = a.shape[1] // bk
+        for t in range(stages - 1 + ktiles):
+            kt = t - (stages - 1)  # the tile multiplied in this step, once the pipeline is full
+            if kt >= 0:
+                kiln.copy_async_wait(stages - 2)  # tile kt has landed (for this thread) ...
+                kiln.wgmma_fence()  # ... for the tensor cores ...
+                kiln.barrier()  # ... for every thread; stage (kt - 1) was read by all
+            if t < ktiles:  # tile t into stage t % stages, overwriting tile kt - 1
+                stage = (t % stages) * kb
+                for j in kiln.static_range(a_copies):
+                    v = tid + j * threads
+                    if a_copies * threads == a_total or v < a_total:
+                        kiln.copy_async(sa, stage + v % kb, v // kb, 0,
+                                        a, row0 + v // kb, t * bk + (v % kb) * 8, 8)
+                for j in kiln.static_range(b_copies):
+                    v = tid + j * threads
+                    if b_copies * threads == b_total or v < b_total:
+                        kiln.copy_async(sb, stage + v % kb, v // kb, 0,
+                                        bt, col0 + v // kb, t * bk + (v % kb) * 8, 8)
+            kiln.copy_async_commit()
+            if kt >= 0:
+                k0 = (kt % stages) * bk
+                for kk in kiln.static_range(0, bk, 16):
+                    kiln.wgmma(acc, sa, wrow, k0 + kk, sb, k0 + kk, 0)
+                kiln.wgmma_commit()
+                kiln.wgmma_wait(0)  # done reading stage kt before it is overwritten
+        kiln.wgmma_store(c, row0 + wrow, col0, acc)
+
+    matmul_wgmma.tile = (bm, bn, bk)
+    matmul_wgmma.threads = threads
+    return matmul_wgmma
+
+
+def matmul_wgmma_launch(kernel: kiln.Kernel, a: Any, bt: Any, c: Any, **launch: Any) -> None:
+    """Launch a `make_matmul_wgmma` kernel on (m, k) @ (n, k).T -> (m, n), after checking
+    that the shapes fit its block tile (the kernel has no bounds checks)."""
+    bm, bn, bk = kernel.tile
+    (m, k), (n, k2), (m2, n2) = (tuple(x.shape) for x in (a, bt, c))
+    if k != k2 or (m, n) != (m2, n2):
+        raise ValueError(f"matmul of {(m, k)} and {(n, k2)}.T into {(m2, n2)}")
+    if m % bm or n % bn or k % bk:
+        raise ValueError(f"{kernel.name} needs m, n, k multiples of {bm}, {bn}, {bk}; "
+                         f"got {m}, {n}, {k}")
+    kiln.launch(kernel, (n // bn, m // bm), kernel.threads, (a, bt, c), **launch)
+
+
 def make_matmul_f32(bk: int = 8) -> kiln.Kernel:
     """An fp32 GEMM on the FP32 units, `bk` deep (4 or 8): 128 x 128 block tiles, 256
     threads each owning two 4 x 4 halves 64 apart in each direction (so its shared reads

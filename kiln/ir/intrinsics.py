@@ -446,6 +446,77 @@ intrinsics.register(Intrinsic("copy_async_wait", "matrix", (1, 1), _wait_count,
                               Variance.UNIFORM, side_effects=True))
 
 
+# Warpgroup matrix multiply-accumulate (Hopper's `wgmma`): four consecutive warps multiply a
+# 64 x 16 tile of A by a 16 x N tile of B, both in shared memory in the core-matrix layout
+# (element [r, k] of a tile at `s[k // 8, r, k % 8]`), into an f32 accumulator of N / 2
+# elements per thread (PTX's m64nNk16 layout).
+
+WGMMA_ELEMENTS = (f16, bf16)
+WGMMA_ROWS = 64  # M of every warpgroup product
+WGMMA_DEPTH = 16  # K of every warpgroup product
+WGMMA_CORE = 8  # elements in a core-matrix row: 16 bytes of f16 or bf16
+
+
+def _wgmma_tile(name: str, t: Type, which: str, rows: int) -> ArrayType:
+    """A shared core-matrix tile holding at least one operand of `rows` rows."""
+    if not (isinstance(t, ArrayType) and t.space is MemorySpace.SHARED and t.ndim == 3
+            and t.elem in WGMMA_ELEMENTS and t.shape is not None
+            and t.shape[2] == WGMMA_CORE):
+        raise IntrinsicTypeError(f"the {which} operand of {name} is a kiln.shared array of "
+                                 f"f16 or bf16 of shape (k // 8, rows, 8), got {t}")
+    if t.shape[0] < WGMMA_DEPTH // WGMMA_CORE or t.shape[1] < rows:
+        raise IntrinsicTypeError(f"the {which} operand of {name} needs a shape of at least "
+                                 f"(2, {rows}, 8), got {t}")
+    return t
+
+
+def wgmma_width(acc: Type) -> int:
+    """N of a warpgroup product accumulating into `acc` (N / 2 elements per thread)."""
+    if not (isinstance(acc, ArrayType) and acc.space is MemorySpace.LOCAL and acc.elem == f32
+            and acc.ndim == 1 and acc.shape is not None and acc.size % 4 == 0
+            and 4 <= acc.size <= 128):
+        raise IntrinsicTypeError(f"the accumulator of wgmma is a kiln.local(f32, N // 2) array "
+                                 f"for N in 8, 16, ..., 256, got {acc}")
+    return 2 * acc.size
+
+
+def _wgmma(args: Sequence[Type]) -> tuple[list[Type], Type]:
+    """(acc, sa, a_row, a_col, sb, b_row, b_col): acc += A[a_row:+64, a_col:+16] @
+    B[b_row:+16, b_col:+N], this thread's N / 2 elements."""
+    acc, sa, a_row, a_col, sb, b_row, b_col = args
+    width = wgmma_width(acc)
+    a = _wgmma_tile("wgmma", sa, "A", WGMMA_ROWS)
+    b = _wgmma_tile("wgmma", sb, "B", width)
+    if a.elem != b.elem:
+        raise IntrinsicTypeError(f"wgmma of {a.elem} and {b.elem} tiles: both operands must "
+                                 "have one element type")
+    _int_args("wgmma", [a_row, a_col, b_row, b_col], "rows and columns")
+    return [acc, a, i32, i32, b, i32, i32], void
+
+
+def _wgmma_store(args: Sequence[Type]) -> tuple[list[Type], Type]:
+    """(array, row, col, acc): the thread's elements of a 64 x N accumulator."""
+    arr = _matrix_array("wgmma_store", args[0], (f16, bf16, f32, f64))
+    _int_args("wgmma_store", args[1:3], "row and column")
+    wgmma_width(args[3])
+    return [arr, i32, i32, args[3]], void
+
+
+def _wgmma_wait(args: Sequence[Type]) -> tuple[list[Type], Type]:
+    _int_args("wgmma_wait", args, "count")
+    return [i32], void
+
+
+intrinsics.register(Intrinsic("wgmma", "matrix", (7, 7), _wgmma, Variance.THREAD,
+                              side_effects=True, warp_convergent=True))
+intrinsics.register(Intrinsic("wgmma_store", "matrix", (4, 4), _wgmma_store, Variance.THREAD,
+                              side_effects=True))
+for _name, _arity, _rule in (("wgmma_fence", 0, _fixed(void)), ("wgmma_commit", 0, _fixed(void)),
+                             ("wgmma_wait", 1, _wgmma_wait)):
+    intrinsics.register(Intrinsic(_name, "matrix", (_arity, _arity), _rule, Variance.UNIFORM,
+                                  side_effects=True, warp_convergent=True))
+
+
 def _native(result: Type = void) -> Typing:
     def rule(args: Sequence[Type]) -> tuple[list[Type], Type]:
         return list(args), result
@@ -460,6 +531,11 @@ MATRIX_NATIVE = {
     "native_load_a": True, "native_load_b": True,
     # (acc, offset, fragments a, offset, fragments b, offset, kind 0 f16, 1 bf16, 2 tf32)
     "native_mma": True,
+    # (acc, a tile, a offset, a leading byte offset, b tile, b offset, b leading byte
+    # offset, kind 0 f16 or 1 bf16): offsets in elements, of core matrices' first rows
+    "native_wgmma": True,
+    "native_wgmma_fence": True, "native_wgmma_commit": True,
+    "native_wgmma_wait": True,  # (pending groups, accumulators the products may write...)
     # (dst, dst flat index, src, src flat index, bytes)
     "native_copy_async": False, "native_copy_async_commit": False,
     "native_copy_async_wait": False,
@@ -467,7 +543,7 @@ MATRIX_NATIVE = {
 }
 for _name, _warp in MATRIX_NATIVE.items():
     _pure = _name == "native_tf32"
-    intrinsics.register(Intrinsic(_name, "matrix_native", (0, 8), _native(f32 if _pure else void),
+    intrinsics.register(Intrinsic(_name, "matrix_native", (0, 64), _native(f32 if _pure else void),
                                   None if _pure else Variance.THREAD, side_effects=not _pure,
                                   warp_convergent=_warp))
 

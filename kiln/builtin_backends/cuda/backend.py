@@ -34,6 +34,7 @@ from .driver import Context, api, check, probe
 from .graphs import KernelGraph, build_graph
 from .launch import Routine, load_module, raw_layout
 from .memory import Buffer, PinnedStaging
+from .wgmma import arch_for
 
 if TYPE_CHECKING:
     from ...runtime.device import Device
@@ -45,6 +46,13 @@ def has_matrix_units(device: Device | None) -> bool:
         return True
     arch = device.capabilities.arch
     return arch.startswith("sm_") and int(arch[3:].rstrip("a")) >= 80
+
+
+def has_warpgroup_mma(device: Device | None) -> bool:
+    """Whether `kiln.wgmma` runs as `wgmma.mma_async`: compute capability 9.0 (sm_90a's
+    instructions, which newer GPUs lack; source generated without a device uses the scalar
+    form, which runs on every GPU)."""
+    return device is not None and device.capabilities.arch.rstrip("a") == "sm_90"
 
 
 
@@ -128,7 +136,8 @@ class CudaCompiler(SourceCompiler):
     emitter = CudaEmitter
 
     def finish(self, kernel: CompiledKernel, device: Device) -> CompiledKernel:
-        code = compile_cached(kernel.source, kernel.entry, device.capabilities.arch,
+        arch = arch_for(kernel.source, device.capabilities.arch)
+        code = compile_cached(kernel.source, kernel.entry, arch,
                               fastmath=kernel.options.fastmath,
                               contract=kernel.options.contract)
         dynamic = DYNAMIC_SHARED.search(kernel.source)  # over 48 KiB of shared arrays
@@ -288,8 +297,10 @@ class CudaBackend(JITBackend):
         return [(Context(i), capabilities_of(i)) for i in range(count)]
 
     def pipeline(self, device: Device) -> Sequence[Pass]:
-        """The shared pipeline, with matrix operations in their native forms on sm_80+."""
+        """The shared pipeline, with matrix operations in their native forms on sm_80+
+        (warpgroup products on sm_90)."""
         return pipeline_for(device, matrix_units=has_matrix_units(device),
+                            warpgroup_mma=has_warpgroup_mma(device),
                             then=self.codegen_passes)
 
     def build_identity(self, device: Device) -> str:

@@ -21,6 +21,8 @@ from ...ir.visit import walk
 from .matrix import MATRIX_SPELLINGS, uses_matrix_units
 from .matrix import PRELUDE as MATRIX_PRELUDE
 from .warps import WARP_SPELLINGS
+from .wgmma import WGMMA_SPELLINGS
+from .wgmma import prelude as warpgroup_prelude
 
 STATIC_SHARED_LIMIT = 48 * 1024
 DYNAMIC_SHARED = re.compile(r"// kiln dynamic shared: (\d+) bytes")
@@ -116,7 +118,7 @@ class CudaEmitter(NativeVectors, CEmitter):
     """CUDA C++ for NVRTC: `extern "C" __global__` kernels, `__shared__`, `__syncthreads`,
     whole vectors in memory moved as `float4`, `double2`, ... (`kiln.codegen.vectors`)."""
 
-    spellings = {**CUDA_IMPLS, **WARP_SPELLINGS, **MATRIX_SPELLINGS}
+    spellings = {**CUDA_IMPLS, **WARP_SPELLINGS, **MATRIX_SPELLINGS, **WGMMA_SPELLINGS}
     namespaces = ("cuda", "c")
     native_language = "cuda"
     unroll_pragma = "#pragma unroll {n}"
@@ -160,7 +162,7 @@ class CudaEmitter(NativeVectors, CEmitter):
     def emit_prologue(self) -> None:
         self.prologue = PROLOGUE + HALF if _uses_half(self.program) else PROLOGUE
         if uses_matrix_units(self.program):
-            self.prologue += MATRIX_PRELUDE
+            self.prologue += MATRIX_PRELUDE + warpgroup_prelude(self.program)
         super().emit_prologue()
 
 

@@ -71,3 +71,40 @@ def tf32_rounding(device):
         c = x * np.float32(8193)
         expected = np.where(np.abs(x) < np.float32(2.0**100), c - (c - x), x)
     assert_equal(out, expected, "tf32(x)")
+
+
+@kiln.kernel
+def wgmma_product(a: bf16[:, :], bt: bf16[:, :], c: f32[:, :]):
+    """One warpgroup: c = a @ bt.T for a of 64 x 32 and bt of 24 x 32 (N = 24), both staged
+    in the core-matrix layout by 16-byte copies of 8 consecutive k."""
+    sa = kiln.shared(bf16, (4, 64, 8))
+    sb = kiln.shared(bf16, (4, 24, 8))
+    t = kiln.thread_idx.x
+    for j in range(2):  # 128 threads copy 64 rows of 4 pieces of 8 k
+        piece = t + j * 128
+        kiln.copy_async(sa, piece % 4, piece // 4, 0, a, piece // 4, (piece % 4) * 8, 8)
+    if t < 96:  # 24 rows of 4 pieces
+        kiln.copy_async(sb, t % 4, t // 4, 0, bt, t // 4, (t % 4) * 8, 8)
+    kiln.copy_async_commit()
+    kiln.copy_async_wait(0)
+    acc = kiln.local(f32, 12)
+    for i in range(12):
+        acc[i] = 0.0
+    kiln.wgmma_fence()
+    kiln.barrier()
+    for k in kiln.static_range(0, 32, 16):
+        kiln.wgmma(acc, sa, 0, k, sb, k, 0)
+    kiln.wgmma_commit()
+    kiln.wgmma_wait(0)
+    kiln.wgmma_store(c, 0, 0, acc)
+
+
+@case()
+def wgmma_bf16_core_matrices(device):
+    """A warpgroup product from shared core-matrix tiles: exact products, f32 sums."""
+    a = rng(93).standard_normal((64, 32)).astype(ml_dtypes.bfloat16)
+    bt = rng(94).standard_normal((24, 32)).astype(ml_dtypes.bfloat16)
+    c = np.full((64, 24), np.nan, np.float32)
+    run(device, wgmma_product, 1, 128, a, bt, c)
+    assert_close(c, a.astype(np.float64) @ bt.T.astype(np.float64), "a @ bt.T", rtol=1e-5,
+                 atol=1e-5)

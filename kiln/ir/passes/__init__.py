@@ -143,7 +143,8 @@ class PipelineTarget(Protocol):
 
 
 def pipeline_for(device: PipelineTarget | None, *, inline: bool = False,
-                 matrix_units: bool = False, backend: BackendTraits | None = None,
+                 matrix_units: bool = False, warpgroup_mma: bool = False,
+                 backend: BackendTraits | None = None,
                  single_lane_warps: bool = False, then: Sequence[Pass] = ()) -> Pipeline:
     """The default pipeline, after the device's feature check (when a device is known) and
     before inlining of every device function (for backends that cannot call functions).
@@ -151,7 +152,8 @@ def pipeline_for(device: PipelineTarget | None, *, inline: bool = False,
     variants and vectors are lowered before anything else, so that the checks see scalars.
     Where the backend cannot recurse (or every call is inlined), recursive functions are
     inlined to the depth the user gives (`bound_recursion`). Matrix operations come first:
-    native where the device has `matrix_units`, scalar code elsewhere. Without a device
+    native where the device has `matrix_units` (warpgroup products too where it has
+    `warpgroup_mma`), scalar code elsewhere. Without a device
     (code generated for another machine), `backend` gives what depends on the backend
     alone: operations it does not implement lowered, recursion bounding, the check that
     each intrinsic has an implementation; and `single_lane_warps` says its warps have one
@@ -159,7 +161,8 @@ def pipeline_for(device: PipelineTarget | None, *, inline: bool = False,
     run before that check, so that what they remove (`barrier`, under `lower_thread_loops`)
     needs no spelling."""
     traits = device.backend if device is not None else backend
-    shared = default_pipeline().replace("matrix", lower_matrix_ops(matrix_units))
+    matrix = lower_matrix_ops(matrix_units, warpgroup_mma)
+    shared = default_pipeline().replace("matrix", matrix)
     stages = list(shared.stages[:3])
     if traits is not None:
         stages.append(("operations", lower_operations(traits.intrinsic_implementation)))
