@@ -10,7 +10,7 @@ import pytest
 import kiln
 from kiln import bf16, f16, f32
 from kiln.examples import make_matmul_wgmma, matmul_wgmma_launch
-from tests.helpers import requires_backend
+from tests.helpers import backend_entry, requires_backend
 from tests.ir.passes.test_matrix_wgmma import product_kernel, run_products
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed")
@@ -68,10 +68,13 @@ def test_only_wgmma_code_targets_sm90a() -> None:
                     "sm_90") == "sm_90"
 
 
-def test_source_without_a_device_uses_the_scalar_form() -> None:
-    """Kernel.source targets any GPU: newer ones than sm_90 lack wgmma."""
+def test_source_uses_the_native_form_only_for_a_hopper_gpu_here() -> None:
+    """Kernel.source lowers for the machine's first CUDA GPU; with none it targets any GPU,
+    and newer ones than sm_90 lack wgmma."""
     src = product_kernel(bf16, 8).source("cuda", *TYPES[bf16])
-    assert "wgmma.mma_async" not in src and "kiln_wgmma" not in src
+    entry = backend_entry("cuda")
+    hopper = entry.available and kiln.device("cuda").capabilities.arch == "sm_90"
+    assert ("wgmma.mma_async" in src) == hopper
 
 
 @pytest.mark.gpu
