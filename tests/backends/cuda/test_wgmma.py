@@ -17,6 +17,7 @@ nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not 
 
 from kiln.builtin_backends.cuda import backend as cuda  # noqa: E402
 from kiln.builtin_backends.cuda import nvrtc as kiln_nvrtc  # noqa: E402
+from kiln.builtin_backends.cuda.backend import has_warpgroup_mma  # noqa: E402
 from kiln.builtin_backends.cuda.dialect import DYNAMIC_SHARED  # noqa: E402
 from kiln.builtin_backends.cuda.wgmma import arch_for  # noqa: E402
 from kiln.ir.passes import pipeline_for  # noqa: E402
@@ -86,7 +87,7 @@ def test_wgmma_on_the_gpu_matches_numpy(elem: kiln.ScalarType, width: int) -> No
     device = kiln.device("cuda")
     c, ref = run_products(device, elem, width, seed=width)
     np.testing.assert_allclose(c, ref, rtol=0, atol=32 * 2.0**-24 * np.abs(ref).max() + 1e-6)
-    native = cuda.has_warpgroup_mma(device)
+    native = has_warpgroup_mma(device)
     src = product_kernel(elem, width).source(device.backend, *TYPES[elem])
     assert ("wgmma.mma_async" in src) == native
 
