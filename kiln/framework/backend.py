@@ -64,7 +64,8 @@ CONTRACT_VERSION = 3
 (`Backend.contract_version`); registering one kiln does not support is a `ContractError`
 naming both. Version 2: events timed on the host by default, one `FastLaunch` protocol.
 Version 3: `FastLaunch.launch_target` gives a target that takes each launch's grid and
-block, so that a launch whose dimensions change keeps the fast path."""
+block, so that a launch whose dimensions change keeps the fast path; `KernelGraphs`
+(native graphs of recorded launches, updated in place) replaces `GraphCapture`."""
 
 P = TypeVar("P")
 Pass = Callable[[Program], Program]
