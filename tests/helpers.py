@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,11 @@ from kiln.ir.types import Type, void
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
 OTHER_UID = 54321  # a user other than the one running the tests
+
+
+def doc_examples(page: str) -> list[str]:
+    """The Python code blocks of docs/`page`, in order (the docs tests run them)."""
+    return re.findall(r"```python\n(.*?)```", (REPO / "docs" / page).read_text(), re.S)
 
 
 def backend_entry(name: str) -> BackendEntry:

@@ -3,16 +3,15 @@ second run of it reuses the choice the first stored."""
 
 from __future__ import annotations
 
-import re
 import runpy
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, requires_backend
+from tests.helpers import REPO, doc_examples, requires_backend
 
 DOC = REPO / "docs" / "autotune.md"
-EXAMPLES = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+EXAMPLES = doc_examples("autotune.md")
 
 
 def test_the_page_has_an_example() -> None:

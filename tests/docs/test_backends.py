@@ -13,12 +13,12 @@ import pytest
 
 import kiln
 from kiln.framework import backend as contract
-from tests.helpers import REPO
+from tests.helpers import REPO, doc_examples
 
 pytestmark = pytest.mark.slow
 
 DOC = REPO / "docs" / "backends.md"
-EXAMPLES = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+EXAMPLES = doc_examples("backends.md")
 
 
 def test_the_page_has_an_example_for_each_extension_point() -> None:

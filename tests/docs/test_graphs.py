@@ -3,17 +3,16 @@ program with its own asserts against NumPy)."""
 
 from __future__ import annotations
 
-import re
 import runpy
 from pathlib import Path
 
 import pytest
 
 import kiln
-from tests.helpers import REPO
+from tests.helpers import REPO, doc_examples
 
 DOC = REPO / "docs" / "graphs.md"
-EXAMPLES = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+EXAMPLES = doc_examples("graphs.md")
 BACKENDS = [e.name for e in kiln.backends() if e.available]
 
 

@@ -3,18 +3,17 @@ gradients through the backward kernel (against JAX's and by check_grads) and jax
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import doc_examples
 
 pytestmark = pytest.mark.slow
 
-EXAMPLES = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "jax.md").read_text(), re.S)
+EXAMPLES = doc_examples("jax.md")
 
 
 def test_the_whole_example_runs(tmp_path: Path) -> None:

@@ -4,18 +4,17 @@ gradcheck, opcheck, and a model calling it compiled with `torch.compile(fullgrap
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import doc_examples
 
 pytestmark = pytest.mark.slow
 
-EXAMPLES = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "pytorch.md").read_text(), re.S)
+EXAMPLES = doc_examples("pytorch.md")
 
 
 def test_the_whole_example_trains_a_compiled_model(tmp_path: Path) -> None:

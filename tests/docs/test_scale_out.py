@@ -3,19 +3,18 @@ the Dask one starts a local cluster of process workers, so it runs as a script f
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, doc_examples
 
 pytestmark = pytest.mark.slow
 
 DOC = REPO / "docs" / "scale-out.md"
-EXAMPLES = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+EXAMPLES = doc_examples("scale-out.md")
 
 
 def test_the_page_has_both_examples() -> None:

@@ -12,10 +12,10 @@ import pytest
 
 import kiln
 from kiln.conformance.cases.host import scale
-from tests.helpers import REPO
+from tests.helpers import REPO, doc_examples
 
 DOC = REPO / "docs" / "streams-events.md"
-EXAMPLES = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+EXAMPLES = doc_examples("streams-events.md")
 BACKENDS = [e.name for e in kiln.backends() if e.available]
 
 
