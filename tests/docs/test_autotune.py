@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, doc_examples, requires_backend
+from tests.helpers import doc_examples, requires_backend
 
-DOC = REPO / "docs" / "autotune.md"
 EXAMPLES = doc_examples("autotune.md")
 
 

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 import kiln
-from tests.helpers import REPO, doc_examples
+from tests.helpers import doc_examples
 
-DOC = REPO / "docs" / "graphs.md"
 EXAMPLES = doc_examples("graphs.md")
 BACKENDS = [e.name for e in kiln.backends() if e.available]
 

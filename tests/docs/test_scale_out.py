@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, doc_examples
+from tests.helpers import doc_examples
 
 pytestmark = pytest.mark.slow
 
-DOC = REPO / "docs" / "scale-out.md"
 EXAMPLES = doc_examples("scale-out.md")
 
 

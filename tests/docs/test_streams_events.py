@@ -14,7 +14,6 @@ import kiln
 from kiln.conformance.cases.host import scale
 from tests.helpers import REPO, doc_examples
 
-DOC = REPO / "docs" / "streams-events.md"
 EXAMPLES = doc_examples("streams-events.md")
 BACKENDS = [e.name for e in kiln.backends() if e.available]
 
