@@ -181,6 +181,10 @@ def check_out(array: DeviceArray | Any, out: Any) -> np.ndarray:
     expected and what was given."""
     if not isinstance(out, np.ndarray):
         raise CopyError(f"out= takes a NumPy array, got {type(out).__name__}")
+    flags = out.flags
+    if out.shape == array.shape and out.dtype == array.dtype and flags.c_contiguous \
+            and flags.writeable:  # the common case, before any message is formatted
+        return out
     shape, dtype = tuple(array.shape), np.dtype(array.dtype)
     expected = f"a C-contiguous, writeable {dtype} array of shape {shape}"
     problem = ("its shape is " + str(out.shape) if out.shape != shape
