@@ -33,7 +33,7 @@ from .dialect import DYNAMIC_SHARED, CudaEmitter
 from .driver import Context, api, check, probe
 from .graphs import KernelGraph, build_graph
 from .launch import Routine, load_module, raw_layout
-from .memory import Buffer, PinnedStaging
+from .memory import SMALL_READBACK_BYTES, Buffer, PinnedStaging
 from .wgmma import arch_for
 
 if TYPE_CHECKING:
@@ -180,6 +180,9 @@ class CudaAllocator(Allocator):
     def copy_device_to_host(self, dst: np.ndarray, src: Buffer, stream: StreamHandle) -> None:
         if dst.nbytes:
             src.context.activate()
+            if dst.nbytes <= SMALL_READBACK_BYTES:
+                PinnedStaging.of(src.context).copy_small_to_host(dst, src.ptr, stream.stream)
+                return
             check(api().cuMemcpyDtoHAsync(dst.ctypes.data, src.ptr, dst.nbytes, stream.stream),
                   "cuMemcpyDtoHAsync")
 

@@ -21,6 +21,8 @@ from .driver import Context, api, check
 LEGACY_STREAM = 0
 STAGING_MIN_BYTES = 1 << 16
 """Smaller host-to-device copies go straight from pageable memory (the driver stages them)."""
+SMALL_READBACK_BYTES = 4096
+"""Device-to-host copies up to this size go through one page-locked buffer per device."""
 
 
 class Buffer:
@@ -67,6 +69,8 @@ class PinnedStaging:
     def __init__(self, context: Context) -> None:
         self.context = context
         self.blocks: list[tuple[int, int, Any]] = []  # (host pointer, size, event)
+        self.readback: int | None = None  # page-locked, for `copy_small_to_host`
+        self.readback_lock = threading.Lock()  # held while waiting: not the staging's lock
         self.lock = threading.Lock()
 
     @classmethod
@@ -105,8 +109,27 @@ class PinnedStaging:
             check(drv.cuMemcpyHtoDAsync(dst, ptr, nbytes, stream), "cuMemcpyHtoDAsync")
             check(drv.cuEventRecord(event, stream), "cuEventRecord")
 
+    def copy_small_to_host(self, dst: np.ndarray, src: int, stream: Any) -> None:
+        """A copy of at most `SMALL_READBACK_BYTES` (a flag, a counter) through page-locked
+        memory, waited for here: a copy into pageable memory returns only once it is done
+        anyway, and the driver's page-locked path is the shorter (H100: 9.5 against 12.2
+        us from Python for 4 bytes, copy and wait)."""
+        drv = api()
+        nbytes = dst.nbytes
+        with self.readback_lock:
+            if self.readback is None:
+                self.readback = int(check(drv.cuMemHostAlloc(SMALL_READBACK_BYTES, 0),
+                                          "cuMemHostAlloc"))
+            check(drv.cuMemcpyDtoHAsync(self.readback, src, nbytes, stream),
+                  "cuMemcpyDtoHAsync")
+            check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
+            ctypes.memmove(dst.ctypes.data, self.readback, nbytes)
+
     def close(self) -> None:
         drv = api()
+        if self.readback is not None:
+            drv.cuMemFreeHost(self.readback)
+            self.readback = None
         for ptr, _, event in self.blocks:
             drv.cuEventSynchronize(event)
             drv.cuMemFreeHost(ptr)

@@ -5,6 +5,7 @@ Skipped where no NVIDIA GPU and driver are present (CI); scripts/gpu-suite.sh ru
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -85,6 +86,24 @@ def test_large_copies_through_pinned_staging(dev: kiln.Device) -> None:
     d = kiln.to_device(x, dev)
     x[:] = 0  # the copy was staged: changing the source afterwards is safe
     assert d.numpy().sum() > 0
+
+
+@pytest.mark.parametrize("nbytes", [1, 4, 4095, 4096, 4097, 1 << 16])
+def test_small_readbacks_through_page_locked_memory(dev: kiln.Device, nbytes: int) -> None:
+    """Copies to the host up to 4 KiB go through one page-locked buffer, after the work
+    queued before them, from several threads at once; larger ones as before."""
+    x = np.random.default_rng(nbytes).integers(0, 256, nbytes).astype(np.uint8)
+    d = kiln.to_device(x, dev)
+    stream = kiln.Stream(dev)
+    spin[1, 1, stream](kiln.zeros(1, f32, dev), 200_000)  # queued before the copy: it waits
+    outs = [np.empty_like(x) for _ in range(8)]
+    threads = [threading.Thread(target=d.copy_to_host, args=(out, stream)) for out in outs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for out in outs:
+        np.testing.assert_array_equal(out, x)
 
 
 def test_launches_are_asynchronous_and_events_time_them(dev: kiln.Device) -> None:
