@@ -1,6 +1,6 @@
 """The webgpu plugin (on whatever adapter wgpu finds: Mesa's lavapipe without a GPU) beside
-the cpu backend, the cuda backend where there is one, a hand-written WGSL vector_add
-dispatched through wgpu directly, and NumPy, in the same run.
+the cpu backend, the cuda backend where there is one, hand-written WGSL vector_add and
+reduce dispatched through wgpu directly, and NumPy, in the same run.
 
 vector_add and reduce (`block_sum`; 2^22 f32, 2^26 with a GPU) in GB/s and the 16x16
 shared-memory tiled matmul (512^2 f32) in GFLOP/s; each result is checked against NumPy
@@ -29,7 +29,7 @@ from kiln.examples import BLOCK, TILE, block_sum, matmul_tiled_square, vector_ad
 Run = Callable[[], object]
 LAUNCHES = 10
 
-HAND_WGSL = """
+HAND_ADD = """
 @group(0) @binding(0) var<uniform> n: vec4<u32>;
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;
 @group(0) @binding(2) var<storage, read_write> b: array<f32>;
@@ -43,19 +43,53 @@ fn main(@builtin(workgroup_id) w: vec3<u32>, @builtin(local_invocation_index) t:
 """vector_add as one would write it for WebGPU by hand: workgroups of 256, one element per
 invocation, a bounds check, a 2-D dispatch past 65535 workgroups."""
 
+HAND_REDUCE = """
+@group(0) @binding(0) var<uniform> n: vec4<u32>;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> total: array<atomic<u32>>;
+var<workgroup> s: array<f32, 256>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) w: vec3<u32>, @builtin(num_workgroups) g: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+    var acc = 0.0;
+    var i = w.x * 256u + t;
+    while (i < n.x) { acc += x[i]; i += g.x * 256u; }
+    s[t] = acc;
+    workgroupBarrier();
+    var k = 128u;
+    while (k > 0u) {
+        if (t < k) { s[t] += s[t + k]; }
+        workgroupBarrier();
+        k = k / 2u;
+    }
+    if (t == 0u) {
+        var old = atomicLoad(&total[0]);
+        loop {
+            let sum = bitcast<u32>(bitcast<f32>(old) + s[0]);
+            let r = atomicCompareExchangeWeak(&total[0], old, sum);
+            if (r.exchanged) { break; }
+            old = r.old_value;
+        }
+    }
+}
+"""
+"""`block_sum` as one would write it for WebGPU by hand, the same algorithm: a grid-stride
+loop, a tree in workgroup memory, one float add per workgroup as a compare-exchange loop
+on the bits (WGSL has no float atomics)."""
 
-def hand_vector_add(dev: kiln.Device, n: int) -> Run:
-    """`LAUNCHES` dispatches of `HAND_WGSL` (one submit each, as kiln does), then a wait."""
+
+def hand_dispatch(dev: kiln.Device, code: str, n: int, arrays: list[np.ndarray],
+                  shape: tuple[int, int, int]) -> tuple[Run, list[object]]:
+    """`LAUNCHES` dispatches of `code` over `arrays` (after a uniform holding `n`), one
+    submit each as kiln does, then a wait; and the arrays' buffers, to read back."""
     import wgpu
 
     gpu, usage = dev.handle.device, wgpu.BufferUsage
-    rng = np.random.default_rng(0)
-    a, b = rng.random(n, np.float32), rng.random(n, np.float32)
     buffers = [gpu.create_buffer_with_data(data=x, usage=usage.STORAGE | usage.COPY_SRC)
-               for x in (a, b, np.zeros(n, np.float32))]
+               for x in arrays]
     size = gpu.create_buffer_with_data(data=np.array([n, 0, 0, 0], np.uint32),
                                        usage=usage.UNIFORM | usage.COPY_SRC)
-    module = gpu.create_shader_module(code=HAND_WGSL)
+    module = gpu.create_shader_module(code=code)
     pipeline = gpu.create_compute_pipeline(layout="auto",
                                            compute={"module": module, "entry_point": "main"})
     group = gpu.create_bind_group(
@@ -63,8 +97,6 @@ def hand_vector_add(dev: kiln.Device, n: int) -> Run:
         entries=[{"binding": 0, "resource": {"buffer": size}},
                  *({"binding": k + 1, "resource": {"buffer": buf}}
                    for k, buf in enumerate(buffers))])
-    groups = -(-n // 256)
-    shape = (min(groups, 65535), -(-groups // 65535), 1)
 
     def run() -> None:
         for _ in range(LAUNCHES):
@@ -77,10 +109,25 @@ def hand_vector_add(dev: kiln.Device, n: int) -> Run:
             gpu.queue.submit([encoder.finish()])
         gpu.queue.read_buffer(size, 0, 4)  # waits for the dispatches
 
-    run()
-    out = np.frombuffer(gpu.queue.read_buffer(buffers[2]), np.float32)
-    np.testing.assert_array_equal(out, a + b)
-    return run
+    return run, buffers
+
+
+def hand_kernels(dev: kiln.Device, n: int) -> dict[str, Run]:
+    """The hand-written WGSL twins of vector_add and reduce, each checked against NumPy."""
+    rng = np.random.default_rng(0)
+    a, b = rng.random(n, np.float32), rng.random(n, np.float32)
+    gpu = dev.handle.device
+    groups = -(-n // 256)
+    add, (_, _, c) = hand_dispatch(dev, HAND_ADD, n, [a, b, np.zeros(n, np.float32)],
+                                   (min(groups, 65535), -(-groups // 65535), 1))
+    add()
+    np.testing.assert_array_equal(np.frombuffer(gpu.queue.read_buffer(c), np.float32), a + b)
+    reduce, (_, total) = hand_dispatch(dev, HAND_REDUCE, n, [a, np.zeros(1, np.float32)],
+                                       (min(groups, 1024), 1, 1))
+    reduce()
+    got = np.frombuffer(gpu.queue.read_buffer(total), np.float32)[0]
+    np.testing.assert_allclose(got, LAUNCHES * a.sum(dtype=np.float64), rtol=1e-4)
+    return {"vector_add": add, "reduce": reduce}
 
 
 def kernels(dev: kiln.Device, n: int, mm: int) -> dict[str, tuple[Run, float]]:
@@ -182,11 +229,14 @@ def main() -> int:
     for name in peers:
         print(f"{name}: {enqueue_us(kiln.device(name)):.1f} µs of host time per launch "
               "(vector_add of 1024 elements, 200 launches queued)")
-    hand = median_ms(hand_vector_add(dev, n), repeat) / LAUNCHES
-    kiln_add = median_ms(peers["webgpu"]["vector_add"][0], repeat) / LAUNCHES
-    print(f"\nvector_add 2^{n.bit_length() - 1}: hand-written WGSL {12 * n / hand / 1e6:.0f} GB/s "
-          f"({hand:.3f} ms), kiln webgpu {12 * n / kiln_add / 1e6:.0f} GB/s ({kiln_add:.3f} ms): "
-          f"kiln / hand {ratio(hand, kiln_add)}")
+    print()
+    for name, hand_run in hand_kernels(dev, n).items():
+        hand = median_ms(hand_run, repeat) / LAUNCHES
+        mine = median_ms(peers["webgpu"][name][0], repeat) / LAUNCHES
+        work = peers["webgpu"][name][1]
+        print(f"{name} 2^{n.bit_length() - 1}: hand-written WGSL {work / hand / 1e6:.0f} GB/s "
+              f"({hand:.3f} ms), kiln webgpu {work / mine / 1e6:.0f} GB/s ({mine:.3f} ms): "
+              f"kiln / hand {ratio(hand, mine)}")
     return 0
 
 
