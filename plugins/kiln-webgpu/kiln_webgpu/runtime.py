@@ -143,8 +143,16 @@ STORED = frozenset({"i32", "u32", "f32"})
 """Element types of storage buffers (bool is not host-shareable in WGSL)."""
 
 
+def typed_capabilities(features: frozenset[str]) -> dict[str, Any]:
+    """The `Capabilities` fields an adapter's optional features decide: a kernel computing
+    with a type the adapter lacks is refused by name (`DeviceFeatureError`)."""
+    fp16 = "shader-f16" in features
+    return {"fp64": False, "fp16": fp16,
+            "scalar_types": TYPES | ({"f16"} if fp16 else set()),
+            "storage_types": STORED | ({"f16"} if fp16 else set())}
+
+
 def capabilities(handle: WebGPUDevice) -> Capabilities:
-    fp16 = "shader-f16" in handle.features
     block = tuple(handle.limit(f"max-compute-workgroup-size-{a}") for a in "xyz")
     return Capabilities(
         backend="webgpu",
@@ -158,13 +166,10 @@ def capabilities(handle: WebGPUDevice) -> Capabilities:
         compute_units=1,
         global_memory=handle.limit("max-buffer-size"),
         warp_size=1,
-        fp64=False,
-        fp16=fp16,
         bf16=False,
         atomics=atomic_capabilities(frozenset({i32, u32, f32})),
         arch=handle.identity,
-        scalar_types=TYPES | ({"f16"} if fp16 else set()),
-        storage_types=STORED | ({"f16"} if fp16 else set()),
+        **typed_capabilities(handle.features),
     )
 
 

@@ -306,3 +306,26 @@ def test_launches_in_flight_keep_their_own_values() -> None:
         expected[which][:count] = head * np.float32(k) + np.arange(count, dtype=np.float32)
     for y, want in zip(ys, expected):
         np.testing.assert_array_equal(y.numpy(), want)
+
+
+def test_features_decide_types() -> None:
+    """An adapter's optional features decide the types kernels may use; without them the
+    capability set has neither f64 nor f16, and an f64 kernel is refused by name."""
+    from kiln_webgpu.runtime import typed_capabilities
+
+    bare = typed_capabilities(frozenset())
+    assert not bare["fp64"] and not bare["fp16"]
+    assert "f64" not in bare["scalar_types"] and "f16" not in bare["storage_types"]
+    assert "f16" in typed_capabilities(frozenset({"shader-f16"}))["scalar_types"]
+    dev = webgpu_device()
+    if dev.capabilities.fp64:
+        pytest.skip("this adapter computes with f64")
+
+    @kiln.kernel
+    def twice(x: kiln.f64[:]) -> None:
+        i = kiln.global_id(0)
+        if i < x.shape[0]:
+            x[i] = x[i] * 2.0
+
+    with pytest.raises(kiln.DeviceFeatureError, match="f64"):
+        twice[1, 4](kiln.to_device(np.ones(4), dev))
