@@ -1,7 +1,7 @@
-"""The classic kernels of the SPEC and the demo, defined once for the demo, the benchmarks,
+"""The classic kernels of the docs and the demo, defined once for the demo, the benchmarks,
 the tests and the conformance suite.
 
-- `vector_add` and `block_sum`: SPEC §1 exactly (`block_sum` needs blocks of at most
+- `vector_add` and `block_sum`: as docs/language.md writes them (`block_sum` needs blocks of at most
   `BLOCK` threads, a power of two).
 - `matmul_naive` and `matmul_tiled`: c = a @ b for any shapes, one thread per element of c
   (a 2-D grid, x along columns); the tiled one stages 16x16 tiles of a and b in shared

@@ -1,4 +1,4 @@
-"""The conformance suite: what a backend must pass to be stable (SPEC §3).
+"""The conformance suite: what a backend must pass to be stable (docs/backends.md).
 
 Shipped inside kiln so that any backend, built-in or third-party, can run it:
 `kiln check NAME` on the command line, `run_suite("NAME")` from Python. Cases are named

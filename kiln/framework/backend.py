@@ -1,4 +1,4 @@
-"""The backend contract (SPEC §3), all of it, in small parts; public as `kiln.backend`.
+"""The backend contract (docs/backends.md), all of it, in small parts; public as `kiln.backend`.
 
 A backend is one `Backend` object, registered with `kiln.backend.register_backend`. It says
 who it is (`name`, `priority`, `execution_model`, `contract_version`), whether it can run

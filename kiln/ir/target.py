@@ -26,7 +26,7 @@ for _n in ("CPU", "GPU", "ACCELERATOR"):
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a device can do (SPEC §2). `arch` identifies the binary target for cache keys.
+    """What a device can do (docs/backends.md). `arch` identifies the binary target for cache keys.
 
     `atomics` holds one "op:type" entry per supported atomic and element type
     ("atomic_add:f32"); `kiln.ir.intrinsics.atomic_capabilities()` builds the full set.
