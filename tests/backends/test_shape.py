@@ -44,27 +44,26 @@ def test_backend_class_lives_in_backend_py(package: str) -> None:
     assert type(module.backend).__module__ == f"kiln.builtin_backends.{package}.backend"
 
 
-@pytest.mark.parametrize("package", PACKAGES)
-def test_emitters_live_in_dialect_py(package: str) -> None:
+def _subclasses_by_file(package: str, base: type) -> dict[str, list[str]]:
+    """The classes each module of a backend package defines that derive from `base`."""
+    found = {}
     for path in (ROOT / package).glob("*.py"):
         name = f"kiln.builtin_backends.{package}"  # `pkg.__init__` would run it a second time
         module = __import__(name if path.stem == "__init__" else f"{name}.{path.stem}",
                             fromlist=["_"])
-        emitters = [name for name in _classes(ast.parse(path.read_text()))
-                    if isinstance(getattr(module, name), type)
-                    and issubclass(getattr(module, name), CEmitter)]
-        assert not emitters or path.name == "dialect.py", f"{package}/{path.name}: {emitters}"
+        found[path.name] = [cls for cls in _classes(ast.parse(path.read_text()))
+                            if isinstance(getattr(module, cls), type)
+                            and issubclass(getattr(module, cls), base)]
+    return found
 
 
 @pytest.mark.parametrize("package", PACKAGES)
-def test_library_targets_live_in_library_py(package: str) -> None:
-    """A backend's target of `kiln build --emit library` is its own code, beside its
-    dialect; what every target shares is `kiln.aot`'s."""
-    for path in (ROOT / package).glob("*.py"):
-        name = f"kiln.builtin_backends.{package}"  # `pkg.__init__` would run it a second time
-        module = __import__(name if path.stem == "__init__" else f"{name}.{path.stem}",
-                            fromlist=["_"])
-        targets = [name for name in _classes(ast.parse(path.read_text()))
-                   if isinstance(getattr(module, name), type)
-                   and issubclass(getattr(module, name), LibraryTarget)]
-        assert not targets or path.name == "library.py", f"{package}/{path.name}: {targets}"
+@pytest.mark.parametrize(("base", "home"),
+                         [(CEmitter, "dialect.py"), (LibraryTarget, "library.py")],
+                         ids=["emitters", "library targets"])
+def test_emitters_and_library_targets_live_in_their_modules(package: str, base: type,
+                                                            home: str) -> None:
+    """A source backend's emitter is its dialect; its target of `kiln build --emit library`
+    is its own code, beside it (what every target shares is `kiln.aot`'s)."""
+    for filename, classes in _subclasses_by_file(package, base).items():
+        assert not classes or filename == home, f"{package}/{filename}: {classes}"
