@@ -69,8 +69,8 @@ ORDER: dict[str, tuple[str, ...]] = {
                 "intrinsics", "barriers", "ranges", "printer", "target"),
     "kiln.runtime": ("device", "host", "array", "status", "interop"),
     "kiln.execution": ("fingerprint", "tablewatch", "arguments", "state", "kernelcache",
-                       "drivers", "fastpath", "executor", "kernel", "raw", "capture", "sharding",
-                       "autotune"),
+                       "drivers", "dims", "fastpath", "executor", "kernel", "raw", "capture",
+                       "sharding", "autotune"),
     "kiln.aot": ("actions", "entries", "header", "glue", "host", "library", "loader", "build"),
 }
 """The modules of a package, bottom to top: none imports one above it (its `__init__` is

@@ -35,14 +35,8 @@ from ..ir.types import ConstexprType, ScalarType, Type
 from ..runtime.device import CAPTURES, RECORDING, Device, Stream, stream_on
 from ..runtime.device import device as resolve_device
 from ..runtime.status import StatusWatch
-from .executor import (
-    BoundLaunch,
-    adopt_foreign,
-    as_dim3,
-    bind_launch,
-    check_argument,
-    validate_dims,
-)
+from .dims import as_dim3, validate_dims
+from .executor import BoundLaunch, adopt_foreign, bind_launch, check_argument
 from .kernel import SizedKernel
 from .raw import RawKernel
 from .state import LaunchState

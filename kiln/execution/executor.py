@@ -20,7 +20,6 @@ from ..errors import DeviceMismatchError, LaunchError
 from ..framework.backend import Dim3, FastLaunch, Launchable, supports
 from ..framework.registry import registry
 from ..ir.hosttypes import kiln_type_of
-from ..ir.ranges import MAX_BLOCK_THREADS, MAX_GLOBAL
 from ..ir.types import (
     SCALAR_BY_DTYPE,
     ArrayType,
@@ -39,44 +38,10 @@ from ..runtime.device import device as resolve_device
 from ..runtime.interop import adopt
 from ..runtime.status import StatusWatch
 from .arguments import lowered_arguments
+from .dims import as_dim3, validate_dims
 from .drivers import driver_for
 from .fastpath import remember, try_plan
 from .state import LaunchState, Specialization
-
-
-def as_dim3(value: int | Sequence[int], what: str) -> Dim3:
-    dims = (value,) if isinstance(value, (int, np.integer)) else value
-    if not isinstance(dims, (tuple, list)) or not 1 <= len(dims) <= 3 \
-            or not all(isinstance(d, (int, np.integer)) for d in dims):
-        raise LaunchError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
-    padded = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
-    return padded  # type: ignore[return-value]
-
-
-def validate_dims(grid: Dim3, block: Dim3, device: Device) -> None:
-    caps = device.capabilities
-    for what, dims, limits in (("grid", grid, caps.max_grid_dims),
-                               ("block", block, caps.max_block_dims)):
-        for axis, n, limit in zip("xyz", dims, limits):
-            if n < 1:
-                raise LaunchError(f"{what} dimension {axis} must be at least 1, got {n}")
-            if n > limit:
-                raise LaunchError(
-                    f"{what} dimension {axis} is {n}, over {device.name}'s limit of {limit}"
-                )
-    for axis, g, b in zip("xyz", grid, block):
-        if b > MAX_BLOCK_THREADS or g * b > MAX_GLOBAL:
-            raise LaunchError(
-                f"{g} blocks of {b} threads along {axis} is over kiln's limits of "
-                f"{MAX_BLOCK_THREADS} threads per block and {MAX_GLOBAL} threads per axis "
-                "(thread indices are i32)")
-    threads = block[0] * block[1] * block[2]
-    if threads > caps.max_threads_per_block:
-        raise LaunchError(
-            f"block of {block[0]}x{block[1]}x{block[2]} = {threads} threads is over "
-            f"{device.name}'s limit of {caps.max_threads_per_block} threads per block"
-        )
-
 
 I32_MAX = i32.range()[1]
 """The largest extent of a launch's array arguments (kernel dimensions are i32)."""

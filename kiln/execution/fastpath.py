@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from ..framework.backend import Dim3
-from ..ir.ranges import MAX_BLOCK_THREADS, MAX_GLOBAL
 from ..ir.types import ConstexprType, ScalarType, Type, i32
 from ..runtime.array import DeviceArray
 from ..runtime.device import CAPTURES, Device
+from .dims import dims3, within_limits
 from .state import LaunchState
 from .tablewatch import TableWatch
 
@@ -56,34 +56,12 @@ def try_plan(kernel: LaunchState, grid: Any, block: Any, device: Any, stream: An
     return plan is not None and plan(grid, block, args)
 
 
-def dims3(value: Any) -> Dim3 | None:
-    """A grid or block given as an int or a tuple of 1 to 3 ints, padded with ones; None
-    for any other form (the full path converts or refuses it)."""
-    kind = type(value)
-    if kind is int:
-        return (value, 1, 1)
-    if kind is tuple and 1 <= len(value) <= 3 and all(type(d) is int for d in value):
-        return (*value, 1, 1)[:3]
-    return None
-
-
 def _same(name: str, constant: str, value: Any) -> str:
     """The plan's test that dimension `name` is exactly the remembered `value`: an int
     equal to it, or the very same tuple (a tuple that is merely equal may hold floats)."""
     if type(value) is int:
         return f"type({name}) is int and {name} == {constant}"
     return f"{name} is {constant}"
-
-
-def _dims_check(dev: Device) -> str:
-    """The plan's test that new dimensions `g`, `b` are within the device's and kiln's
-    limits (`executor.validate_dims` explains a failure on the full path)."""
-    caps = dev.capabilities
-    terms = [f"1 <= g[{k}] <= {caps.max_grid_dims[k]} and 1 <= b[{k}] <= "
-             f"{min(caps.max_block_dims[k], MAX_BLOCK_THREADS)} and g[{k}] * b[{k}] <= {MAX_GLOBAL}"
-             for k in range(3)]
-    terms.append(f"b[0] * b[1] * b[2] <= {caps.max_threads_per_block}")
-    return " and ".join(terms)
 
 
 def remember(kernel: LaunchState, key: tuple[Any, Any], grid: tuple[Any, Dim3],
@@ -108,6 +86,7 @@ def remember(kernel: LaunchState, key: tuple[Any, Any], grid: tuple[Any, Dim3],
     checks, outs = [], []
     names = ", ".join(f"a{i}" for i in range(len(args)))
     scope: dict[str, Any] = {"DA": DeviceArray, "DEV": dev, "call": call, "DIMS": dims3,
+                             "WITHIN": within_limits,
                              "G": grid[0], "G3": grid[1], "B": block[0], "B3": block[1],
                              "SEEN": {}}
     scope.update({f"A{j}": v for j, v in enumerate(after)})
@@ -151,7 +130,7 @@ def remember(kernel: LaunchState, key: tuple[Any, Any], grid: tuple[Any, Dim3],
         "        if g is None or b is None:\n            return False\n"
         "        seen = SEEN.get((g, b))\n"
         "        if seen is None:\n"
-        f"            if not ({_dims_check(dev)}):\n                return False\n"
+        "            if not WITHIN(g, b, DEV):\n                return False\n"
         f"            if len(SEEN) >= {MAX_DIMS}:\n                SEEN.clear()\n"
         "            seen = SEEN[g, b] = g, b\n"
         "        g, b = seen\n"

@@ -20,7 +20,8 @@ from ..ir.types import literal_type
 from ..options import KernelOptions
 from ..runtime.array import DeviceArray
 from ..runtime.device import Device, Stream, recorder
-from .executor import BoundLaunch, adopt_foreign, as_dim3, launch_device, validate_dims
+from .dims import as_dim3, validate_dims
+from .executor import BoundLaunch, adopt_foreign, launch_device
 from .kernel import caller_loc
 
 

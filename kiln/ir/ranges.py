@@ -7,7 +7,7 @@ in the unsigned type of the same width and converts back, unless this analysis p
 result fits: thread indices, global ids, loop counters and small offsets of them
 (`tid + s`, `i + 1`) keep C's native form, which compilers fold into addressing.
 
-The facts it relies on are checked at launch (`kiln.framework.executor.validate_dims`):
+The facts it relies on are checked at launch (`kiln.execution.dims.validate_dims`):
 a block has at most `MAX_BLOCK_THREADS` threads per axis and `grid * block` per axis fits
 an i32, so a global id is at most 2**31 - 2.
 """
