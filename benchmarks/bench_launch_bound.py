@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from common import markdown_table, ratio, versions
+from common import markdown_table, median_ms, ratio, versions
 
 import kiln
 from kiln import f32, i32
@@ -96,17 +94,15 @@ def fan2(a: f32[:, :], b: f32[:], m: f32[:, :], n: i32, t: i32):
             b[row] -= m[row, t] * b[t]
 
 
-def median_ms(dev: kiln.Device, run: Callable[[], object]) -> float:
-    """The median wall time of `run` (device synchronised around it), after a warm-up."""
-    times = []
-    for r in range(RUNS + 1):
-        dev.synchronize()
-        start = time.perf_counter()
+def loop_ms(dev: kiln.Device, run: Callable[[], object]) -> float:
+    """The median wall time of `run` with the device's work it queued, after a warm-up."""
+
+    def synchronised() -> None:
         run()
         dev.synchronize()
-        if r:
-            times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+
+    dev.synchronize()
+    return median_ms(synchronised, RUNS, warmup=1)
 
 
 def wavefront(dev: kiln.Device, n: int, folder: Path) -> tuple[float, np.ndarray]:
@@ -125,7 +121,7 @@ def wavefront(dev: kiln.Device, n: int, folder: Path) -> tuple[float, np.ndarray
             length = min(n, d - 1) - max(1, d - n) + 1
             nw_diagonal[(length + 255) // 256, 256](dscore, dref, d, n, PENALTY)
 
-    ms = median_ms(dev, run)
+    ms = loop_ms(dev, run)
     return ms, dscore.copy_to_host()
 
 
@@ -163,7 +159,7 @@ def bfs(dev: kiln.Device, nodes: int, folder: Path) -> tuple[float, np.ndarray]:
             bfs_commit[blocks, 256](frontier, nxt, visited, more, nodes)
             more.copy_to_host(flag)
 
-    ms = median_ms(dev, run)
+    ms = loop_ms(dev, run)
     return ms, cost.copy_to_host()
 
 
@@ -184,7 +180,7 @@ def gaussian(dev: kiln.Device, n: int, folder: Path) -> tuple[float, np.ndarray]
             fan1[(n - 1 - t + 255) // 256, 256](a, m, n, t)
             fan2[((n - t + 15) // 16, (n - 1 - t + 15) // 16), (16, 16)](a, b, m, n, t)
 
-    ms = median_ms(dev, run)
+    ms = loop_ms(dev, run)
     return ms, np.concatenate([a.copy_to_host().ravel(), b.copy_to_host()])
 
 
