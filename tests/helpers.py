@@ -8,6 +8,7 @@ import inspect
 import logging
 import os
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,21 @@ OTHER_UID = 54321  # a user other than the one running the tests
 def doc_examples(page: str) -> list[str]:
     """The Python code blocks of docs/`page`, in order (the docs tests run them)."""
     return re.findall(r"```python\n(.*?)```", (REPO / "docs" / page).read_text(), re.S)
+
+
+def run_example(source: str, path: Path) -> dict[str, Any]:
+    """Run a docs example in this process as a program written to `path` (kiln reads a
+    kernel's source from its file); its globals."""
+    path.write_text(source)
+    return runpy.run_path(str(path), run_name="__main__")
+
+
+def run_example_process(source: str, path: Path) -> subprocess.CompletedProcess:
+    """Run a docs example as a program of its own, from `path`'s folder (10 minutes at
+    most)."""
+    path.write_text(source)
+    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
+                          timeout=600, cwd=path.parent)
 
 
 def backend_entry(name: str) -> BackendEntry:

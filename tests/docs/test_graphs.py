@@ -3,13 +3,12 @@ program with its own asserts against NumPy)."""
 
 from __future__ import annotations
 
-import runpy
 from pathlib import Path
 
 import pytest
 
 import kiln
-from tests.helpers import doc_examples
+from tests.helpers import doc_examples, run_example
 
 EXAMPLES = doc_examples("graphs.md")
 BACKENDS = [e.name for e in kiln.backends() if e.available]
@@ -24,8 +23,6 @@ def test_the_page_has_examples() -> None:
 def test_example_runs(backend: str, index: int, monkeypatch: pytest.MonkeyPatch,
                       capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     monkeypatch.setenv("KILN_BACKEND", backend)
-    program = tmp_path / f"graphs_example_{index + 1}.py"  # kiln reads kernels' source files
-    program.write_text(EXAMPLES[index])
-    runpy.run_path(str(program), run_name="__main__")
+    run_example(EXAMPLES[index], tmp_path / f"graphs_example_{index + 1}.py")
     if "k=\"large\"" in EXAMPLES[index]:
         assert "updating launch #0 of axpy" in capsys.readouterr().out

@@ -3,13 +3,11 @@ gradients through the backward kernel (against JAX's and by check_grads) and jax
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import doc_examples
+from tests.helpers import doc_examples, run_example_process
 
 pytestmark = pytest.mark.slow
 
@@ -18,9 +16,6 @@ EXAMPLES = doc_examples("jax.md")
 
 def test_the_whole_example_runs(tmp_path: Path) -> None:
     pytest.importorskip("jax", reason="JAX is not installed (pip install 'kiln[jax]')")
-    program = tmp_path / "jax_example.py"
-    program.write_text(EXAMPLES[-1])
-    done = subprocess.run([sys.executable, str(program)], capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)
+    done = run_example_process(EXAMPLES[-1], tmp_path / "jax_example.py")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok", done.stdout

@@ -4,13 +4,11 @@ gradcheck, opcheck, and a model calling it compiled with `torch.compile(fullgrap
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import doc_examples
+from tests.helpers import doc_examples, run_example_process
 
 pytestmark = pytest.mark.slow
 
@@ -19,9 +17,6 @@ EXAMPLES = doc_examples("pytorch.md")
 
 def test_the_whole_example_trains_a_compiled_model(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'kiln[torch]')")
-    program = tmp_path / "pytorch_example.py"
-    program.write_text(EXAMPLES[-1])
-    done = subprocess.run([sys.executable, str(program)], capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)
+    done = run_example_process(EXAMPLES[-1], tmp_path / "pytorch_example.py")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ok"), done.stdout

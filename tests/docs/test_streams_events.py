@@ -12,7 +12,7 @@ import pytest
 
 import kiln
 from kiln.conformance.cases.host import scale
-from tests.helpers import REPO, doc_examples
+from tests.helpers import REPO, doc_examples, run_example
 
 EXAMPLES = doc_examples("streams-events.md")
 BACKENDS = [e.name for e in kiln.backends() if e.available]
@@ -27,9 +27,7 @@ def test_the_page_has_examples() -> None:
 def test_example_runs(backend: str, index: int, monkeypatch: pytest.MonkeyPatch,
                       capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     monkeypatch.setenv("KILN_BACKEND", backend)
-    program = tmp_path / f"streams_example_{index + 1}.py"  # kiln reads kernels' source files
-    program.write_text(EXAMPLES[index])
-    runpy.run_path(str(program), run_name="__main__")
+    run_example(EXAMPLES[index], tmp_path / f"streams_example_{index + 1}.py")
     if "elapsed_time(start)" in EXAMPLES[index]:
         assert "before the start" in capsys.readouterr().out
 
